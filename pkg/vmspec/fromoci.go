@@ -1,0 +1,89 @@
+package vmspec
+
+import (
+	"errors"
+	"path"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// Annotations containerd's CRI plugin puts on the OCI spec of each task.
+const (
+	CRIContainerType     = "io.kubernetes.cri.container-type"
+	CRIContainerName     = "io.kubernetes.cri.container-name"
+	CRIImageName         = "io.kubernetes.cri.image-name"
+	CRISandboxID         = "io.kubernetes.cri.sandbox-id"
+	CRISandboxName       = "io.kubernetes.cri.sandbox-name"
+	CRISandboxNamespace  = "io.kubernetes.cri.sandbox-namespace"
+	CRISandboxUID        = "io.kubernetes.cri.sandbox-uid"
+	CRISandboxMemory     = "io.kubernetes.cri.sandbox-memory"
+	CRIContainerTypeSbx  = "sandbox"
+	CRIContainerTypeCntr = "container"
+)
+
+// FromOCI builds the Spec from the OCI runtime spec of the VM's container task,
+// as containerd hands it to a shim: the pod's vmpod.io/ annotations (passed
+// through with pod_annotations = ["vmpod.io/*"]), io.kubernetes.cri.* facts,
+// the container's cgroup limits and its block devices.
+func FromOCI(spec *specs.Spec) (Spec, error) {
+	if spec == nil {
+		return Spec{}, invalid("oci spec", "", "is nil")
+	}
+	ann := spec.Annotations
+	var s Spec
+	errs := []error{applyAnnotations(&s, ann)}
+	if t := ann[CRIContainerType]; t == CRIContainerTypeSbx {
+		return s, invalid(CRIContainerType, t, "the sandbox task holds the pod; only the container task is a VM")
+	}
+	s.Name = DomainName(ann[CRISandboxNamespace], firstNonEmpty(ann[CRISandboxName], spec.Hostname, "vm"))
+	s.Image = ann[CRIImageName]
+
+	s.VCPUs = 1
+	if l := spec.Linux; l != nil && l.Resources != nil {
+		if c := l.Resources.CPU; c != nil && c.Quota != nil && *c.Quota > 0 && c.Period != nil && *c.Period > 0 {
+			s.VCPUs = int((uint64(*c.Quota) + *c.Period - 1) / *c.Period)
+		}
+		if m := l.Resources.Memory; m != nil && m.Limit != nil && *m.Limit > 0 {
+			s.MemoryBytes = uint64(*m.Limit) &^ (1<<20 - 1)
+		}
+	}
+	if l := spec.Linux; l != nil {
+		for _, d := range l.Devices {
+			if d.Type != "b" {
+				continue
+			}
+			name := path.Base(d.Path)
+			s.Volumes = append(s.Volumes, Volume{Name: name, DevicePath: d.Path, Serial: serial(name)})
+		}
+	}
+	if s.CloudInit != nil && s.CloudInit.Volume != "" {
+		errs = append(errs, resolveCloudInitMount(s.CloudInit, spec.Mounts))
+	}
+	errs = append(errs, s.Validate())
+	return s, errors.Join(errs...)
+}
+
+// resolveCloudInitMount finds the cloud-init volume among the mounts: the
+// kubelet mounts a configMap or secret volume from
+// .../volumes/kubernetes.io~configmap/<volume name>.
+func resolveCloudInitMount(ci *CloudInit, mounts []specs.Mount) error {
+	for _, m := range mounts {
+		dir, name := path.Split(strings.TrimSuffix(m.Source, "/"))
+		kind := path.Base(dir)
+		if name == ci.Volume && (kind == "kubernetes.io~configmap" || kind == "kubernetes.io~secret") {
+			ci.VolumeMountPath = m.Destination
+			return nil
+		}
+	}
+	return invalid(AnnotationCloudInitVolume, ci.Volume, "no configMap or secret volume of that name is mounted in the container")
+}
+
+func firstNonEmpty(v ...string) string {
+	for _, s := range v {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}

@@ -1,0 +1,111 @@
+package vmspec
+
+import (
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// FromPod builds the Spec of a VM pod and validates it. Every problem is
+// reported at once, each naming its annotation or pod field.
+//
+// It does not look at runtimeClassName: whether a pod is a VM pod is the
+// caller's decision (the scheduler plugin's args, render's flag).
+func FromPod(pod *corev1.Pod) (Spec, error) {
+	if pod == nil {
+		return Spec{}, invalid("pod", "", "is nil")
+	}
+	var s Spec
+	errs := []error{applyAnnotations(&s, pod.Annotations)}
+	s.Name = DomainName(pod.Namespace, pod.Name)
+
+	if n := len(pod.Spec.InitContainers); n > 0 {
+		errs = append(errs, invalid("spec.initContainers", "", fmt.Sprintf("a VM pod has no init containers; found %d", n)))
+	}
+	if n := len(pod.Spec.Containers); n != 1 {
+		errs = append(errs, invalid("spec.containers", "", fmt.Sprintf("a VM pod has exactly one container, the VM; found %d", n)))
+		return s, errors.Join(errs...)
+	}
+	c := &pod.Spec.Containers[0]
+	s.Image = c.Image
+
+	vcpus, mem, err := resourcesFromLimits(c.Resources.Limits)
+	s.VCPUs, s.MemoryBytes = vcpus, mem
+	errs = append(errs, err)
+
+	vols := podVolumes(pod)
+	for i, d := range c.VolumeDevices {
+		field := fmt.Sprintf("spec.containers[0].volumeDevices[%d]", i)
+		if _, ok := vols[d.Name]; !ok {
+			errs = append(errs, invalid(field+".name", d.Name, "no volume of that name in spec.volumes"))
+			continue
+		}
+		s.Volumes = append(s.Volumes, Volume{Name: d.Name, DevicePath: d.DevicePath, Serial: serial(d.Name)})
+	}
+
+	if s.CloudInit != nil && s.CloudInit.Volume != "" {
+		errs = append(errs, resolveCloudInitVolume(s.CloudInit, c, vols))
+	}
+	errs = append(errs, s.Validate())
+	return s, errors.Join(errs...)
+}
+
+// resourcesFromLimits maps limits.cpu to vCPUs (rounded up, default 1) and
+// limits.memory to guest RAM (required, rounded down to whole MiB so the
+// guest never gets more than the pod asked for).
+func resourcesFromLimits(limits corev1.ResourceList) (int, uint64, error) {
+	const field = "spec.containers[0].resources.limits"
+	vcpus := 1
+	if q, ok := limits[corev1.ResourceCPU]; ok {
+		milli := q.MilliValue()
+		if milli <= 0 {
+			return 0, 0, invalid(field+".cpu", q.String(), "must be positive")
+		}
+		vcpus = int((milli + 999) / 1000)
+	}
+	// A missing memory limit leaves 0, which Validate reports.
+	q := limits[corev1.ResourceMemory]
+	return vcpus, memoryBytes(q), nil
+}
+
+func memoryBytes(q resource.Quantity) uint64 {
+	v := q.Value()
+	if v <= 0 {
+		return 0
+	}
+	return uint64(v) &^ (1<<20 - 1)
+}
+
+func podVolumes(pod *corev1.Pod) map[string]*corev1.Volume {
+	m := make(map[string]*corev1.Volume, len(pod.Spec.Volumes))
+	for i := range pod.Spec.Volumes {
+		m[pod.Spec.Volumes[i].Name] = &pod.Spec.Volumes[i]
+	}
+	return m
+}
+
+func resolveCloudInitVolume(ci *CloudInit, c *corev1.Container, vols map[string]*corev1.Volume) error {
+	v, ok := vols[ci.Volume]
+	if !ok {
+		return invalid(AnnotationCloudInitVolume, ci.Volume, "no volume of that name in spec.volumes")
+	}
+	if v.ConfigMap == nil && v.Secret == nil {
+		return invalid(AnnotationCloudInitVolume, ci.Volume, "the volume must be a configMap or a secret")
+	}
+	for _, m := range c.VolumeMounts {
+		if m.Name == ci.Volume {
+			ci.VolumeMountPath = m.MountPath
+			return nil
+		}
+	}
+	return invalid(AnnotationCloudInitVolume, ci.Volume, "the container must mount the volume (volumeMounts) so the runtime can read it")
+}
+
+func serial(name string) string {
+	if len(name) > MaxSerialLen {
+		return name[:MaxSerialLen]
+	}
+	return name
+}

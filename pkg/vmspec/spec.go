@@ -1,0 +1,133 @@
+package vmspec
+
+// Spec is the VM one pod asks for. The zero value is not valid; build it with
+// FromPod or FromOCI, which fill every default, then Validate.
+type Spec struct {
+	// Name is the libvirt domain name: "<namespace>_<pod name>".
+	Name string
+	// Image is the containerdisk image reference, for image locality.
+	Image string
+
+	// VCPUs is the vCPU count: resources.limits.cpu rounded up (default 1).
+	VCPUs int
+	// MemoryBytes is the guest RAM: resources.limits.memory rounded down to
+	// whole MiB. The VM's own overhead is accounted separately (pkg/overhead).
+	MemoryBytes uint64
+
+	Accel    Accel
+	CPU      CPU
+	Firmware Firmware
+	// Machine is the QEMU machine type, e.g. "q35" or "pc-q35-7.2".
+	Machine string
+	Boot    Boot
+	// DiskBus is the bus of every disk: the image's and the volumes'.
+	DiskBus DiskBus
+	// Volumes are the pod's block volumes (volumeDevices), in pod order.
+	Volumes []Volume
+	// CloudInit is nil when the pod asks for no cloud-init data.
+	CloudInit *CloudInit
+	// NICs are the guest's network interfaces; one, joined to the pod
+	// network, unless vmpod.io/network is "none".
+	NICs []NIC
+	// Console connects the guest's serial console to the container's
+	// stdio (kubectl logs, kubectl attach).
+	Console bool
+}
+
+// Accel is the accelerator policy.
+type Accel string
+
+const (
+	// AccelAuto uses KVM where the node has it and TCG elsewhere.
+	AccelAuto Accel = "auto"
+	// AccelKVM requires KVM: the pod fails rather than run emulated.
+	AccelKVM Accel = "kvm"
+	// AccelTCG always emulates, even where KVM exists.
+	AccelTCG Accel = "tcg"
+)
+
+// CPU is the guest CPU model and the host CPU features it requires.
+type CPU struct {
+	// Model is CPUModelAuto, CPUModelHostPassthrough, CPUModelHostModel or
+	// a named libvirt CPU model such as "Skylake-Client".
+	Model string
+	// Features the guest CPU must have (libvirt names, e.g. "avx2").
+	Features []string
+}
+
+const (
+	// CPUModelAuto is host-passthrough under KVM and QEMU's default model
+	// under TCG, where passthrough is impossible.
+	CPUModelAuto            = "auto"
+	CPUModelHostPassthrough = "host-passthrough"
+	CPUModelHostModel       = "host-model"
+)
+
+// Firmware is the guest firmware.
+type Firmware string
+
+const (
+	FirmwareBIOS Firmware = "bios"
+	FirmwareUEFI Firmware = "uefi"
+)
+
+// Boot says where the guest boots from.
+type Boot struct {
+	Source BootSource
+	// Cmdline is appended to the kernel command line on direct kernel boot.
+	Cmdline string
+}
+
+// BootSource picks direct kernel boot or disk boot.
+type BootSource string
+
+const (
+	// BootAuto boots the image's kernel when it ships one (/boot/vmlinuz
+	// or /boot/vmlinux), else its disk.
+	BootAuto   BootSource = "auto"
+	BootKernel BootSource = "kernel"
+	BootDisk   BootSource = "disk"
+)
+
+// DiskBus is the bus disks are attached to.
+type DiskBus string
+
+const (
+	DiskBusVirtio DiskBus = "virtio"
+	DiskBusSATA   DiskBus = "sata"
+	DiskBusSCSI   DiskBus = "scsi"
+)
+
+// Volume is a block volume of the pod that the guest sees as a disk.
+type Volume struct {
+	// Name is the pod's volume name when known (FromPod), else the base name
+	// of the device path (FromOCI: the CRI does not pass volume names).
+	Name string
+	// DevicePath is where the pod asked for the device (volumeDevices[].devicePath).
+	DevicePath string
+	// Serial is the disk serial the guest sees (/dev/disk/by-id/*-<serial>).
+	Serial string
+}
+
+// CloudInit is the NoCloud data the guest gets on a config-drive ISO.
+type CloudInit struct {
+	UserData      string
+	NetworkConfig string
+	// SSHKeys go into the NoCloud meta-data as public-keys.
+	SSHKeys []string
+	// Volume names a ConfigMap or Secret volume of the pod whose files
+	// user-data, meta-data and network-config are the source, instead of
+	// the inline annotations.
+	Volume string
+	// VolumeMountPath is where that volume is mounted in the container.
+	VolumeMountPath string
+}
+
+// NIC is one guest network interface.
+type NIC struct {
+	// Name is the pod-side interface whose address the guest takes ("eth0").
+	Name string
+}
+
+// MaxSerialLen is the longest disk serial virtio-blk passes to the guest.
+const MaxSerialLen = 20

@@ -1,0 +1,114 @@
+package vmspec
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+const (
+	// MinMemoryBytes is the least guest RAM vmpod starts a VM with.
+	MinMemoryBytes = 64 << 20
+	// MaxVCPUs is QEMU's limit for x86 q35 without an IOMMU; the node's own
+	// limit (host.Host.MaxVCPUs) is checked where the VM is placed.
+	MaxVCPUs = 255
+
+	fieldLimits = "spec.containers[0].resources.limits"
+)
+
+// Validate reports every problem of s, each naming its field or annotation
+// and, for fixed sets, the accepted values. It checks only what s says on
+// its own; whether a node can run it is for pkg/convert and the scheduler.
+func (s Spec) Validate() error {
+	var errs []error
+	add := func(err error) { errs = append(errs, err) }
+
+	if s.Name == "" || strings.ContainsAny(s.Name, "/\x00") {
+		add(invalid("name", s.Name, "want a non-empty domain name without '/'"))
+	}
+	switch {
+	case s.VCPUs < 1:
+		add(invalid(fieldLimits+".cpu", itoa(s.VCPUs), "want at least 1 vCPU"))
+	case s.VCPUs > MaxVCPUs:
+		add(invalid(fieldLimits+".cpu", itoa(s.VCPUs), fmt.Sprintf("at most %d vCPUs", MaxVCPUs)))
+	}
+	switch {
+	case s.MemoryBytes == 0:
+		add(invalid(fieldLimits+".memory", "", "required: it is the guest's RAM"))
+	case s.MemoryBytes < MinMemoryBytes:
+		add(invalid(fieldLimits+".memory", fmt.Sprintf("%dMi", s.MemoryBytes>>20), "want at least 64Mi"))
+	case s.MemoryBytes%(1<<20) != 0:
+		add(invalid(fieldLimits+".memory", fmt.Sprint(s.MemoryBytes), "want whole MiB"))
+	}
+
+	add(oneOf(AnnotationAccel, string(s.Accel)))
+	add(oneOf(AnnotationFirmware, string(s.Firmware)))
+	add(oneOf(AnnotationBoot, string(s.Boot.Source)))
+	add(oneOf(AnnotationDiskBus, string(s.DiskBus)))
+	if s.Machine == "" || !namePattern.MatchString(s.Machine) {
+		add(invalid(AnnotationMachine, s.Machine, "want a QEMU machine type such as q35"))
+	}
+	add(s.validateCPU())
+	if s.Boot.Source == BootDisk && s.Boot.Cmdline != "" {
+		add(invalid(AnnotationKernelCmdline, s.Boot.Cmdline, "applies to direct kernel boot only, and vmpod.io/boot is disk"))
+	}
+	add(s.validateVolumes())
+	add(s.validateCloudInit())
+	return errors.Join(errs...)
+}
+
+func oneOf(key, v string) error {
+	info, _ := annotationInfo(key)
+	if !slices.Contains(info.Values, v) {
+		return notOneOf(key, v, info.Values...)
+	}
+	return nil
+}
+
+func (s Spec) validateCPU() error {
+	if s.CPU.Model == "" || !namePattern.MatchString(s.CPU.Model) {
+		return invalid(AnnotationCPUModel, s.CPU.Model, "want auto, host-passthrough, host-model or a libvirt CPU model name")
+	}
+	if s.CPU.Model == CPUModelHostPassthrough && s.Accel == AccelTCG {
+		return invalid(AnnotationCPUModel, s.CPU.Model, "needs KVM, and vmpod.io/accel is tcg")
+	}
+	for _, f := range s.CPU.Features {
+		if !featurePattern.MatchString(f) {
+			return invalid(AnnotationCPUFeatures, f, "want a libvirt CPU feature name such as avx2")
+		}
+	}
+	return nil
+}
+
+func (s Spec) validateVolumes() error {
+	seen := map[string]bool{}
+	for i, v := range s.Volumes {
+		field := fmt.Sprintf("spec.containers[0].volumeDevices[%d]", i)
+		switch {
+		case v.Name == "":
+			return invalid(field+".name", "", "required")
+		case seen[v.Name]:
+			return invalid(field+".name", v.Name, "used twice")
+		case len(v.Serial) > MaxSerialLen:
+			return invalid(field+".name", v.Serial, fmt.Sprintf("disk serial longer than %d characters", MaxSerialLen))
+		}
+		seen[v.Name] = true
+	}
+	return nil
+}
+
+func (s Spec) validateCloudInit() error {
+	ci := s.CloudInit
+	if ci == nil {
+		return nil
+	}
+	if ci.Volume != "" && (ci.UserData != "" || ci.NetworkConfig != "") {
+		return invalid(AnnotationCloudInitVolume, ci.Volume,
+			"give cloud-init data either in a volume or inline (vmpod.io/cloud-init-user-data, vmpod.io/cloud-init-network-config), not both")
+	}
+	if ci.Volume != "" && ci.VolumeMountPath == "" {
+		return invalid(AnnotationCloudInitVolume, ci.Volume, "the container must mount the volume")
+	}
+	return nil
+}
