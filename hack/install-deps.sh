@@ -7,7 +7,7 @@ packages=(
   # build: cgo against libvirt
   gcc make pkg-config libvirt-dev
   # the embedded QEMU driver, virt-xml-validate, QEMU itself
-  libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86 qemu-utils qemu-system-data ovmf
+  libvirt-daemon-driver-qemu libvirt-clients libxml2-utils qemu-system-x86 qemu-utils qemu-system-data ovmf
   # test guest: busybox initramfs, kernel extraction, disk image
   busybox-static cpio xz-utils zstd e2fsprogs kmod
   # network namespaces, taps, tc

@@ -1,0 +1,66 @@
+package convert
+
+import (
+	"fmt"
+	"slices"
+
+	"libvirt.org/go/libvirtxml"
+
+	"github.com/vmpod/vmpod/pkg/host"
+	"github.com/vmpod/vmpod/pkg/vmspec"
+)
+
+// cpu sets the vCPU count, one socket of that many cores (guests license
+// and schedule by socket, and one socket is what a pod's CPU limit means),
+// and the CPU model.
+func cpu(d *libvirtxml.Domain, c vmspec.CPU, vcpus int, accel host.Accel, h host.Host) error {
+	if h.MaxVCPUs > 0 && vcpus > h.MaxVCPUs {
+		return unsupported("spec.containers[0].resources.limits.cpu", fmt.Sprint(vcpus),
+			fmt.Sprintf("the node allows at most %d vCPUs", h.MaxVCPUs))
+	}
+	d.VCPU = &libvirtxml.DomainVCPU{Placement: "static", Value: uint(vcpus)}
+	dc := &libvirtxml.DomainCPU{
+		Topology: &libvirtxml.DomainCPUTopology{Sockets: 1, Dies: 1, Cores: vcpus, Threads: 1},
+	}
+	model := c.Model
+	if model == vmspec.CPUModelAuto {
+		model = vmspec.CPUModelHostPassthrough
+		if accel != host.AccelKVM {
+			model = "" // QEMU's default model; TCG cannot pass the host CPU through
+		}
+	}
+	switch model {
+	case vmspec.CPUModelHostPassthrough:
+		if accel != host.AccelKVM || !h.HostPassthrough {
+			return unsupported(vmspec.AnnotationCPUModel, model, "needs KVM, and the VM runs under TCG here")
+		}
+		dc.Mode = "host-passthrough"
+		dc.Check = "none"
+		dc.Migratable = "off"
+	case vmspec.CPUModelHostModel:
+		if h.HostModel.Model == "" {
+			return unsupported(vmspec.AnnotationCPUModel, model, "libvirt offers no host-model CPU on this node")
+		}
+		dc.Mode = "host-model"
+	case "":
+		if len(c.Features) > 0 {
+			// Features need a model to add to; qemu64 is QEMU's default.
+			dc.Mode = "custom"
+			dc.Match = "exact"
+			dc.Model = &libvirtxml.DomainCPUModel{Value: "qemu64", Fallback: "forbid"}
+		}
+	default:
+		if len(h.CPUModels) > 0 && !slices.Contains(h.CPUModels, model) {
+			return unsupported(vmspec.AnnotationCPUModel, model, "not a CPU model this node can run")
+		}
+		dc.Mode = "custom"
+		dc.Match = "exact"
+		dc.Check = "partial"
+		dc.Model = &libvirtxml.DomainCPUModel{Value: model, Fallback: "forbid"}
+	}
+	for _, f := range c.Features {
+		dc.Features = append(dc.Features, libvirtxml.DomainCPUFeature{Policy: "require", Name: f})
+	}
+	d.CPU = dc
+	return nil
+}

@@ -1,0 +1,63 @@
+package convert_test
+
+import (
+	"testing"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/vmpod/vmpod/pkg/convert"
+	"github.com/vmpod/vmpod/pkg/vmspec"
+	. "github.com/vmpod/vmpod/pkg/vmspec/vmspectest"
+)
+
+// FuzzDomain runs whatever annotations and limits a user may write through
+// FromPod and Domain on a TCG and a KVM node: the result is a domain that
+// marshals, or a classified error; never a panic.
+func FuzzDomain(f *testing.F) {
+	for _, a := range vmspec.Annotations {
+		f.Add(a.Key, a.Example, "1", "256Mi", false)
+	}
+	f.Add(vmspec.AnnotationAccel, "kvm", "2", "1Gi", true)
+	f.Add(vmspec.AnnotationCPUModel, "host-model", "300m", "64Mi", false)
+	f.Add(vmspec.AnnotationBoot, "disk", "16", "2Gi", true)
+	hosts := []string{"tcg-debian12", "kvm-example"}
+	f.Fuzz(func(t *testing.T, key, value, cpu, mem string, kvm bool) {
+		pod := MakePod("fuzz").Annotation(key, value)
+		if !setQuantity(pod.CPU, cpu) || !setQuantity(pod.Memory, mem) {
+			return
+		}
+		s, err := vmspec.FromPod(pod.Obj())
+		if err != nil {
+			return // FuzzAnnotations covers FromPod's errors
+		}
+		h := loadHost(t, hosts[0])
+		if kvm {
+			h = loadHost(t, hosts[1])
+		}
+		d, err := convert.Domain(s, h, paths())
+		if err != nil {
+			if !errdefs.IsFailedPrecondition(err) {
+				t.Fatalf("Domain error is not FailedPrecondition: %v", err)
+			}
+			return
+		}
+		if _, err := d.Marshal(); err != nil {
+			t.Fatalf("Marshal: %v", err)
+		}
+		if d.Name != s.Name || d.VCPU.Value != uint(s.VCPUs) || uint64(d.Memory.Value)<<10 != s.MemoryBytes {
+			t.Fatalf("domain lost the pod's name, vCPUs or memory: %+v vs %+v", d, s)
+		}
+	})
+}
+
+// setQuantity applies a fuzzed quantity, or reports that it does not parse
+// (the API server would have refused the pod).
+func setQuantity(set func(string) *PodWrapper, q string) (ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	set(q)
+	return true
+}

@@ -1,0 +1,147 @@
+package convert_test
+
+import (
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/vmpod/vmpod/pkg/convert"
+	"github.com/vmpod/vmpod/pkg/host"
+	"github.com/vmpod/vmpod/pkg/vmspec"
+	. "github.com/vmpod/vmpod/pkg/vmspec/vmspectest"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
+
+// loadHost reads a node parsed by pkg/host's own golden tests, so the
+// converter is tested against hosts libvirt really described.
+func loadHost(t testing.TB, name string) host.Host {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "host", "testdata", name+".golden.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h host.Host
+	if err := json.Unmarshal(b, &h); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+const state = "/run/vmpod/pods/0123abcd"
+
+// paths is what the runtime prepares for a VM whose image ships a kernel
+// and a disk.
+func paths() convert.Paths {
+	return convert.Paths{
+		Kernel:       state + "/rootfs/boot/vmlinux",
+		Initrd:       state + "/rootfs/boot/initrd.img",
+		RootDisk:     state + "/disk.qcow2",
+		Volumes:      map[string]string{"data": state + "/dev/data", "logs": state + "/dev/logs"},
+		CloudInitISO: state + "/cidata.iso",
+		NVRAM:        state + "/nvram.fd",
+		Console:      state + "/console.sock",
+		ConsoleLog:   state + "/console.log",
+		GuestAgent:   state + "/qga.sock",
+		NICs:         map[string]convert.NIC{"eth0": {Tap: "vmpod0", MAC: "0a:58:0a:f4:00:05", MTU: 1450}},
+	}
+}
+
+// goldenCases are whole domains worth reading: each shows one way a pod
+// becomes a VM.
+func goldenCases() []struct {
+	name  string
+	host  string
+	pod   *PodWrapper
+	paths func(*convert.Paths)
+} {
+	return []struct {
+		name  string
+		host  string
+		pod   *PodWrapper
+		paths func(*convert.Paths)
+	}{
+		{
+			name: "kernel-boot-tcg", host: "tcg-debian12",
+			pod:   MakePod("guest").CPU("2").Memory("256Mi").Annotation(vmspec.AnnotationKernelCmdline, "quiet"),
+			paths: func(*convert.Paths) {},
+		},
+		{
+			name: "disk-boot-uefi-kvm", host: "kvm-example",
+			pod: MakePod("db").Namespace("prod").CPU("4").Memory("8Gi").
+				Annotation(vmspec.AnnotationFirmware, "uefi").
+				Annotation(vmspec.AnnotationBoot, "disk").
+				Annotation(vmspec.AnnotationSSHAuthorizedKeys, "ssh-ed25519 AAAAC3 admin").
+				BlockVolume("data", "db-data", "/dev/data").
+				BlockVolume("logs", "db-logs", "/dev/logs"),
+			paths: func(*convert.Paths) {},
+		},
+		{
+			name: "named-model-sata-kvm", host: "kvm-example",
+			pod: MakePod("legacy").Memory("2Gi").
+				Annotation(vmspec.AnnotationCPUModel, "Skylake-Client-IBRS").
+				Annotation(vmspec.AnnotationCPUFeatures, "aes,avx2").
+				Annotation(vmspec.AnnotationDiskBus, "sata").
+				Annotation(vmspec.AnnotationMachine, "pc"),
+			paths: func(p *convert.Paths) { p.Kernel, p.Initrd = "", "" },
+		},
+		{
+			name: "scsi-volume-tcg", host: "tcg-debian12",
+			pod: MakePod("batch").Memory("512Mi").
+				Annotation(vmspec.AnnotationDiskBus, "scsi").
+				BlockVolume("data", "batch-data", "/dev/data"),
+			paths: func(p *convert.Paths) { p.Kernel, p.Initrd = "", "" },
+		},
+		{
+			name: "headless-no-network-tcg", host: "tcg-debian12",
+			pod: MakePod("job").Memory("128Mi").
+				Annotation(vmspec.AnnotationConsole, "off").
+				Annotation(vmspec.AnnotationNetwork, "none"),
+			paths: func(p *convert.Paths) { p.RootDisk = ""; p.GuestAgent = "" },
+		},
+	}
+}
+
+func TestGolden(t *testing.T) {
+	for _, tc := range goldenCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			got := render(t, tc.host, tc.pod, tc.paths)
+			file := filepath.Join("testdata", tc.name+".xml")
+			if *update {
+				if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatalf("%v (run go test ./pkg/convert -update)", err)
+			}
+			if diff := cmp.Diff(string(want), got); diff != "" {
+				t.Errorf("%s (-want +got):\n%s", file, diff)
+			}
+		})
+	}
+}
+
+func render(t testing.TB, hostName string, pod *PodWrapper, edit func(*convert.Paths)) string {
+	t.Helper()
+	s, err := vmspec.FromPod(pod.Obj())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := paths()
+	edit(&p)
+	d, err := convert.Domain(s, loadHost(t, hostName), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xml, err := d.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return xml + "\n"
+}
