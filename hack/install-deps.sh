@@ -21,7 +21,20 @@ for p in "${packages[@]}"; do
   fi
 done
 
+# libvirt's QEMU driver looks up the user and group it was built with
+# (libvirt-qemu:libvirt-qemu in Debian's build) when it initialises, before it reads
+# qemu.conf, even though vmpod runs QEMU as root. Debian creates them in
+# libvirt-daemon-system, which would also install a system libvirtd that
+# vmpod does not use, so create just the two, as that package does.
+ensure_qemu_user() {
+  getent group libvirt-qemu >/dev/null || groupadd --system libvirt-qemu
+  getent passwd libvirt-qemu >/dev/null ||
+    useradd --system --no-create-home --home-dir /var/lib/libvirt --shell /usr/sbin/nologin \
+      --gid libvirt-qemu --comment "Libvirt Qemu" libvirt-qemu
+}
+
 if ((${#missing[@]} == 0)); then
+  ensure_qemu_user
   exit 0
 fi
 
@@ -34,3 +47,4 @@ echo "install-deps: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+ensure_qemu_user

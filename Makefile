@@ -1,0 +1,46 @@
+# vmpod: virtual machines as plain Kubernetes Pods.
+#
+#   make test    install what is missing, build the test guest, run every test
+#   make bench   benchmarks and measurements, printed as tables
+#   make build   the binaries, into _output/bin
+
+SHELL := /bin/bash
+GO ?= go
+OUT := $(CURDIR)/_output
+GUEST_DIR ?= $(OUT)/guest
+FUZZTIME ?= 10s
+
+# Tests that boot the guest find it here.
+export VMPOD_GUEST_DIR := $(GUEST_DIR)
+
+.PHONY: all deps guest build test unit fuzz bench clean
+
+all: build
+
+deps:
+	@hack/install-deps.sh
+
+guest: deps
+	@hack/guest/build.sh $(GUEST_DIR)
+
+build: deps
+	$(GO) build -o $(OUT)/bin/vm-runtime ./cmd/vm-runtime
+
+test: deps guest
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 30m ./...
+	@$(MAKE) --no-print-directory fuzz
+
+# A short run of each fuzz target over what users write; the seed corpora
+# live in each package's testdata/fuzz/.
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzAnnotations$$' -fuzztime $(FUZZTIME) ./pkg/vmspec
+	$(GO) test -run '^$$' -fuzz '^FuzzDomain$$' -fuzztime $(FUZZTIME) ./pkg/convert
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./pkg/host
+
+bench: deps guest
+	$(GO) test -run '^$$' -bench . -benchmem ./pkg/convert
+	$(GO) test -run '^$$' -bench . -benchtime 3x ./pkg/vm
+
+clean:
+	rm -rf $(OUT)/bin

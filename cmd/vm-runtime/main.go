@@ -1,0 +1,44 @@
+// Command vm-runtime is vmpod's node binary. Each subcommand is wired here
+// and implemented in pkg/.
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+const usage = `vm-runtime runs virtual machines as Kubernetes pods.
+
+Usage:
+  vm-runtime render -f pod.yaml [--capabilities caps.xml [--domain-capabilities domcaps.xml]]
+      Print the libvirt domain XML the pod becomes on this node (or on the
+      node whose capabilities are given). Exit 2 if the pod is invalid.
+  vm-runtime labeller --node-name NAME [--kubeconfig path] [--interval 5m] [--once]
+                      [--capabilities caps.xml --domain-capabilities domcaps.xml]
+      Keep the node's vmpod labels (docs/labels.md) in step with what its
+      QEMU can run; in-cluster config without --kubeconfig.
+`
+
+func main() {
+	os.Exit(run(filepath.Base(os.Args[0]), os.Args[1:]))
+}
+
+func run(argv0 string, args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "render":
+		return renderCmd(args[1:])
+	case "labeller":
+		return labellerCmd(args[1:])
+	case "-h", "--help", "help":
+		fmt.Print(usage)
+		return 0
+	default:
+		fmt.Fprintf(os.Stderr, "vm-runtime: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+}

@@ -1,0 +1,77 @@
+package virt
+
+import "context"
+
+// Hypervisor runs domains. Domains are named by their libvirt name, which
+// is unique per connection.
+//
+// Implementations are safe for concurrent use. A call cannot be interrupted
+// once it reached the hypervisor; ctx is honoured before that.
+type Hypervisor interface {
+	// Capabilities returns libvirt's host capabilities XML and the domain
+	// capabilities XML for the best accelerator (kvm if usable, else qemu)
+	// for the host arch.
+	Capabilities(ctx context.Context) (caps, domainCaps string, err error)
+
+	// Define stores a domain definition. It fails with AlreadyExists if a
+	// domain of that name exists (libvirt would silently replace it), and
+	// with InvalidArgument if the XML is malformed or fails libvirt's schema.
+	Define(ctx context.Context, domainXML string) error
+
+	// Start boots a defined domain; with opts.Paused QEMU is created with its
+	// vCPUs stopped, so limits can be applied before the guest runs.
+	// FailedPrecondition if it is already running.
+	Start(ctx context.Context, name string, opts StartOptions) error
+
+	// Resume lets the vCPUs of a paused domain run; nil if they already
+	// run, FailedPrecondition if there is no QEMU to resume.
+	Resume(ctx context.Context, name string) error
+
+	// Suspend stops the vCPUs; QEMU and guest memory stay. nil if already
+	// paused, FailedPrecondition if not running.
+	Suspend(ctx context.Context, name string) error
+
+	// SetMemoryHardLimit sets the memory cgroup limit of a running or paused
+	// domain's QEMU (libvirt's memtune hard_limit), rounded up to KiB. It is
+	// applied live because setting it in the XML fails without
+	// CAP_SYS_RESOURCE; FailedPrecondition on a stopped domain.
+	SetMemoryHardLimit(ctx context.Context, name string, bytes uint64) error
+
+	// Shutdown presses the ACPI power button and returns; the guest decides
+	// whether and when it powers off (watch Events or Info).
+	// FailedPrecondition if not running.
+	Shutdown(ctx context.Context, name string) error
+
+	// Destroy stops QEMU hard. It returns nil if the domain is already
+	// stopped.
+	Destroy(ctx context.Context, name string) error
+
+	// Undefine removes the definition (and UEFI variables); NotFound if
+	// there is none. A running domain keeps running until stopped.
+	Undefine(ctx context.Context, name string) error
+
+	// Info reports state, why the domain stopped, and QEMU's pid.
+	Info(ctx context.Context, name string) (Info, error)
+
+	// Stats reports resource usage of a running or paused domain;
+	// FailedPrecondition when it is not running.
+	Stats(ctx context.Context, name string) (Stats, error)
+
+	// List returns the names of all domains, running or not.
+	List(ctx context.Context) ([]string, error)
+
+	// Events delivers lifecycle events for all domains of this connection
+	// until Close, which closes the channel. Events are never dropped, so a
+	// consumer that stops reading makes them queue in memory.
+	Events() <-chan Event
+
+	// Close releases the connection. Running domains keep running; a new
+	// connection to the same place re-attaches to them.
+	Close() error
+}
+
+// StartOptions tune Start.
+type StartOptions struct {
+	// Paused starts QEMU with stopped vCPUs; call Resume to run the guest.
+	Paused bool
+}

@@ -1,0 +1,44 @@
+package virt
+
+import "time"
+
+// Info is a domain's state at one moment.
+type Info struct {
+	State State
+	// Reason says why the domain is in StateShutoff or StateCrashed;
+	// StopNone in every other state.
+	Reason StopReason
+	// PID is the QEMU process, 0 when none runs (or the hypervisor has no
+	// processes, like libvirt's test driver).
+	PID int
+}
+
+// Stats is resource usage of a running domain. Counters are cumulative
+// since QEMU started; a field the hypervisor does not report is 0.
+type Stats struct {
+	// CPUTime is the CPU time QEMU used, vCPUs and emulator threads.
+	CPUTime time.Duration
+	// MemoryActual is the guest RAM in bytes the balloon leaves the guest:
+	// all of it when there is no balloon driver in the guest.
+	MemoryActual uint64
+	// MemoryRSS is QEMU's resident set in bytes: what the VM costs the host,
+	// overhead included.
+	MemoryRSS uint64
+	// Block sums all disks.
+	Block BlockStats
+	// Net sums all interfaces, seen from the guest's side of the tap:
+	// RxBytes is what the guest received.
+	Net NetStats
+}
+
+// BlockStats are disk I/O totals.
+type BlockStats struct {
+	ReadBytes, WriteBytes uint64
+	ReadOps, WriteOps     uint64
+}
+
+// NetStats are network I/O totals.
+type NetStats struct {
+	RxBytes, TxBytes     uint64
+	RxPackets, TxPackets uint64
+}

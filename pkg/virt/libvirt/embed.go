@@ -1,0 +1,140 @@
+package libvirt
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/containerd/errdefs"
+	lv "libvirt.org/go/libvirt"
+)
+
+// EmbedOptions tune OpenEmbedded.
+type EmbedOptions struct {
+	// CacheDir holds a host-wide warm copy of libvirt's QEMU capabilities
+	// cache (<sha256 of the emulator path>.xml files). The first connect to
+	// a new root otherwise probes every installed qemu-system-* for seconds.
+	// Empty: no sharing. It is created if missing.
+	CacheDir string
+}
+
+// qemuConf is <root>/etc/qemu.conf. The embedded driver reads it from the
+// root instead of /etc/libvirt, so nothing of the host's libvirt applies.
+const qemuConf = `# Written by vmpod (pkg/virt/libvirt) on every open; edits are lost.
+
+# There is no virtlogd in a pod: let QEMU write its log and serial files
+# itself instead of connecting to a virtlogd that is not there.
+stdio_handler = "file"
+
+# QEMU runs as root, like the shim. The files handed to it (read-only
+# image layers, overlays in the pod dir, block PVC devices) are root's and
+# must not be chowned to a QEMU user. (libvirt still insists that its
+# built-in QEMU user, libvirt-qemu on Debian, exists: see connectError.)
+user = "root"
+group = "root"
+
+# With QEMU running as root there is nothing to relabel. Left on, libvirt
+# chowns every file the domain names to root and records the old owner in
+# trusted.libvirt.security.* xattrs: on image layers and volumes that other
+# pods share (seen: a 1000:1000 serial log file became 0:0 with xattrs).
+# Off, it touches neither, which also makes remember_owner moot.
+dynamic_ownership = 0
+
+# Same on every node whether or not AppArmor/SELinux is enabled there: the
+# pod sandbox is the confinement, and libvirt's AppArmor driver would need
+# virt-aa-helper and profiles that vmpod does not install.
+security_driver = "none"
+`
+
+var embedded struct {
+	mu   sync.Mutex
+	root string
+}
+
+// OpenEmbedded opens libvirt's QEMU driver inside this process on root
+// (qemu:///embed?root=<root>), so QEMU runs as a child of this process's
+// environment (its network namespace in particular) without a libvirtd.
+//
+// libvirt allows one embed root per process: a second root fails with
+// FailedPrecondition. Reopening the same root is fine and re-attaches to
+// the QEMU processes a previous connection or process started.
+//
+// Opening probes QEMU's capabilities now (seconds on a cold root, well under
+// a second with a warm CacheDir) rather than at the first Define.
+func OpenEmbedded(ctx context.Context, root string, opts EmbedOptions) (_ *Conn, retErr error) {
+	root, err := filepath.Abs(root)
+	if err != nil {
+		return nil, fmt.Errorf("embed root %q: %w: %v", root, errdefs.ErrInvalidArgument, err)
+	}
+	embedded.mu.Lock()
+	defer embedded.mu.Unlock()
+	if embedded.root != "" && embedded.root != root {
+		return nil, fmt.Errorf("embed root %q: %w: this process already uses %q and libvirt allows one per process",
+			root, errdefs.ErrFailedPrecondition, embedded.root)
+	}
+
+	if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
+		return nil, fmt.Errorf("embed root: %w: %v", errdefs.ErrInternal, err)
+	}
+	if err := writeFileAtomic(filepath.Join(root, "etc", "qemu.conf"), []byte(qemuConf), 0o644); err != nil {
+		return nil, fmt.Errorf("embed root: %w: %v", errdefs.ErrInternal, err)
+	}
+	capsDir := filepath.Join(root, "cache", "qemu", "capabilities")
+	if opts.CacheDir != "" {
+		if err := copyCaps(opts.CacheDir, capsDir, false); err != nil {
+			return nil, fmt.Errorf("warm capabilities cache: %w: %v", errdefs.ErrInternal, err)
+		}
+	}
+
+	uri := "qemu:///embed?root=" + url.QueryEscape(root)
+	c, err := open(ctx, uri, root)
+	if err != nil {
+		return nil, err
+	}
+	// libvirt's driver is now bound to root for the life of the process,
+	// whatever fails below.
+	embedded.root = root
+	defer func() {
+		if retErr != nil {
+			_ = c.Close()
+		}
+	}()
+	c.shutdownFlags = lv.DOMAIN_SHUTDOWN_ACPI_POWER_BTN
+	c.undefineFlags = lv.DOMAIN_UNDEFINE_NVRAM | lv.DOMAIN_UNDEFINE_MANAGED_SAVE |
+		lv.DOMAIN_UNDEFINE_SNAPSHOTS_METADATA | lv.DOMAIN_UNDEFINE_CHECKPOINTS_METADATA
+
+	// Host capabilities make libvirt probe (or validate the cache of) every
+	// emulator it finds; doing it now makes the cost visible at open and
+	// gives the copy-back below something to copy.
+	if _, err := c.conn.GetCapabilities(); err != nil {
+		return nil, classify(err, "probe QEMU capabilities")
+	}
+	c.awaitReconnect()
+	if opts.CacheDir != "" {
+		if err := copyCaps(capsDir, opts.CacheDir, true); err != nil {
+			return nil, fmt.Errorf("share capabilities cache: %w: %v", errdefs.ErrInternal, err)
+		}
+	}
+	return c, nil
+}
+
+// awaitReconnect returns once libvirt has re-attached to the QEMUs a
+// previous process left running. libvirt does that in a background thread
+// per domain, holding the domain's job; until it is done, Destroy (which
+// kills before it takes the job) races it: libvirt 9.0 then reports "not
+// running", marks the domain shutoff/failed without a Stopped event and
+// leaves its cgroups behind. A call that takes the job waits the re-attach
+// out. Errors are ignored: a QEMU that died meanwhile is simply shut off.
+func (c *Conn) awaitReconnect() {
+	doms, err := c.conn.ListAllDomains(lv.CONNECT_LIST_DOMAINS_ACTIVE)
+	if err != nil {
+		return
+	}
+	for i := range doms {
+		_, _ = doms[i].MemoryStats(uint32(lv.DOMAIN_MEMORY_STAT_NR), 0)
+		_ = doms[i].Free()
+	}
+}

@@ -1,0 +1,276 @@
+package vm_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/vmpod/vmpod/pkg/host"
+	"github.com/vmpod/vmpod/pkg/node"
+	"github.com/vmpod/vmpod/pkg/virt/libvirt"
+	"github.com/vmpod/vmpod/pkg/vm"
+	"github.com/vmpod/vmpod/pkg/vmspec"
+)
+
+// libvirt allows one embedded root per process, so every VM test of this
+// package shares one connection, opened on first use in a temp dir and
+// closed (then the dir removed) when the tests end.
+var shared struct {
+	once sync.Once
+	root string
+	conn *libvirt.Conn
+	rt   *vm.Runtime
+	host host.Host
+	err  error
+}
+
+func runtimeForTest(t testing.TB) (*vm.Runtime, host.Host, string) {
+	t.Helper()
+	shared.once.Do(func() {
+		// Unix socket paths must stay under 108 bytes: keep the root short.
+		shared.root, shared.err = os.MkdirTemp("/tmp", "vmpod-vm-")
+		if shared.err != nil {
+			return
+		}
+		cleanupAtExit(func() { os.RemoveAll(shared.root) })
+		ctx := context.Background()
+		shared.conn, shared.err = libvirt.OpenEmbedded(ctx, filepath.Join(shared.root, "libvirt"), libvirt.EmbedOptions{})
+		if shared.err != nil {
+			return
+		}
+		cleanupAtExit(func() { shared.conn.Close() })
+		shared.rt = vm.NewRuntime(shared.conn)
+		shared.host, shared.err = node.Host(ctx, shared.conn)
+	})
+	if shared.err != nil {
+		t.Fatal(shared.err)
+	}
+	return shared.rt, shared.host, shared.root
+}
+
+func podFromFile(t testing.TB, name string) *corev1.Pod {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pod corev1.Pod
+	if err := yaml.UnmarshalStrict(data, &pod); err != nil {
+		t.Fatal(err)
+	}
+	return &pod
+}
+
+// bootTimes is what one boot measured.
+type bootTimes struct {
+	firstLine, ready time.Duration
+}
+
+// TestBootGuest boots the test guest from a Pod manifest through vmspec,
+// convert and the embedded libvirt driver under TCG, waits for its markers
+// on the serial console, powers it off with the ACPI button, and checks
+// that nothing is left behind.
+func TestBootGuest(t *testing.T) {
+	times := bootGuest(t, "boot-pod.yaml")
+	t.Logf("create -> first guest line %v, -> ready %v", times.firstLine.Round(time.Millisecond), times.ready.Round(time.Millisecond))
+}
+
+func bootGuest(t testing.TB, podFile string) bootTimes {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rt, h, root := runtimeForTest(t)
+
+	spec, err := vmspec.FromPod(podFromFile(t, podFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := vm.FindImage(containerdiskRootfs(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if filepath.Base(img.Kernel) != "vmlinux" || img.Initrd == "" || img.DiskFormat != "qcow2" {
+		t.Fatalf("containerdisk: %+v, want /boot/vmlinux, /boot/initrd.img and a qcow2 disk", img)
+	}
+	dir, err := os.MkdirTemp(root, "pod-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	layout := vm.Layout{Dir: dir}
+
+	start := time.Now()
+	m, err := rt.Create(ctx, vm.Config{Spec: spec, Host: h, Image: img, Layout: layout, MemoryLimit: spec.MemoryBytes + 512<<20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	t.Cleanup(func() {
+		// On failure: stop QEMU and remove the domain whatever state it is in.
+		if err := m.Delete(context.Background()); err != nil {
+			t.Errorf("Delete: %v", err)
+		}
+		assertGone(t, rt, spec.Name, pid, dir)
+	})
+	if err := m.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if pid, err = m.PID(ctx); err != nil || pid <= 0 {
+		t.Fatalf("QEMU pid %d, %v", pid, err)
+	}
+
+	var times bootTimes
+	console := watchConsole(t, layout.ConsoleLog())
+	times.firstLine = console.waitFor(ctx, t, "VMPOD-GUEST: init").Sub(start)
+	console.waitFor(ctx, t, "VMPOD-GUEST: cpus=1 memory_kib=")
+	console.waitFor(ctx, t, "VMPOD-GUEST: disk hello from the vmpod disk")
+	times.ready = console.waitFor(ctx, t, "VMPOD-GUEST: ready").Sub(start)
+
+	if err := m.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	console.waitFor(ctx, t, "VMPOD-GUEST: poweroff")
+	exit, err := m.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exit.Status != 0 || exit.Reason != "Completed" {
+		t.Errorf("exit = %+v, want status 0, Completed", exit)
+	}
+	return times
+}
+
+// assertGone checks that a deleted VM left nothing: no domain, no QEMU
+// process, no files in its state dir but the libvirt root, no cgroups.
+func assertGone(t testing.TB, rt *vm.Runtime, name string, pid int, dir string) {
+	t.Helper()
+	names, err := shared.conn.List(context.Background())
+	if err != nil {
+		t.Error(err)
+	}
+	for _, n := range names {
+		if n == name {
+			t.Errorf("domain %s still defined", name)
+		}
+	}
+	if pid > 0 {
+		// QEMU may take a moment to be reaped after Destroy returns.
+		deadline := time.Now().Add(10 * time.Second)
+		for syscall.Kill(pid, 0) == nil && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("QEMU pid %d still exists (%v)", pid, err)
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Error(err)
+	}
+	for _, e := range entries {
+		t.Errorf("state dir still holds %s", e.Name())
+	}
+	if dirs := cgroupsOf(t, name); len(dirs) > 0 {
+		t.Errorf("cgroup dirs left: %v", dirs)
+	}
+}
+
+// cgroupsOf finds cgroup dirs named after the domain in any hierarchy
+// (libvirt names them machine-qemu\x2d<id>\x2d<name> or qemu-<id>-<name>).
+func cgroupsOf(t testing.TB, name string) []string {
+	t.Helper()
+	short := name
+	if len(short) > 20 {
+		short = short[:20]
+	}
+	var found []string
+	ctrls, _ := filepath.Glob("/sys/fs/cgroup/*")
+	for _, c := range ctrls {
+		_ = filepath.WalkDir(c, func(p string, d os.DirEntry, err error) error {
+			if err != nil || !d.IsDir() {
+				return nil
+			}
+			if strings.Contains(d.Name(), short) {
+				found = append(found, p)
+				return filepath.SkipDir
+			}
+			return nil
+		})
+	}
+	return found
+}
+
+// console follows the serial log that QEMU writes.
+type console struct {
+	path  string
+	mu    sync.Mutex
+	lines []timedLine
+}
+
+type timedLine struct {
+	at   time.Time
+	text string
+}
+
+func watchConsole(t testing.TB, path string) *console {
+	return &console{path: path}
+}
+
+// waitFor polls the log until a line contains marker, and returns when that
+// line was first seen. It logs the console when it gives up.
+func (c *console) waitFor(ctx context.Context, t testing.TB, marker string) time.Time {
+	t.Helper()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	lastProgress := time.Now()
+	for {
+		c.poll()
+		c.mu.Lock()
+		for _, l := range c.lines {
+			if strings.Contains(l.text, marker) {
+				c.mu.Unlock()
+				return l.at
+			}
+		}
+		n := len(c.lines)
+		c.mu.Unlock()
+		if time.Since(lastProgress) > 15*time.Second {
+			t.Logf("still waiting for %q (%d console lines so far)", marker, n)
+			lastProgress = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			c.mu.Lock()
+			var all []string
+			for _, l := range c.lines {
+				all = append(all, l.text)
+			}
+			c.mu.Unlock()
+			t.Fatalf("no %q on the console: %v\nconsole:\n%s", marker, ctx.Err(), strings.Join(all, "\n"))
+		case <-tick.C:
+		}
+	}
+}
+
+func (c *console) poll() {
+	data, err := os.ReadFile(c.path)
+	if err != nil {
+		return
+	}
+	now := time.Now()
+	lines := strings.Split(string(data), "\n")
+	lines = lines[:len(lines)-1] // the last one is not complete yet
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, l := range lines[min(len(c.lines), len(lines)):] {
+		c.lines = append(c.lines, timedLine{at: now, text: strings.TrimRight(l, "\r")})
+	}
+}

@@ -1,0 +1,53 @@
+package vm
+
+import (
+	"sync"
+
+	"github.com/vmpod/vmpod/pkg/virt"
+)
+
+// Runtime is the VMs of one hypervisor connection. It reads the
+// connection's lifecycle events, which are for all its domains, and hands
+// each to its Machine.
+type Runtime struct {
+	hv       virt.Hypervisor
+	mu       sync.Mutex
+	machines map[string]*Machine
+	done     chan struct{}
+}
+
+// NewRuntime takes over hv's events until hv is closed.
+func NewRuntime(hv virt.Hypervisor) *Runtime {
+	rt := &Runtime{hv: hv, machines: map[string]*Machine{}, done: make(chan struct{})}
+	go rt.dispatch()
+	return rt
+}
+
+func (rt *Runtime) dispatch() {
+	defer close(rt.done)
+	for ev := range rt.hv.Events() {
+		if ev.Type != virt.EventStopped {
+			continue
+		}
+		rt.mu.Lock()
+		m := rt.machines[ev.Domain]
+		rt.mu.Unlock()
+		if m != nil {
+			m.stopped(ev.Reason)
+		}
+	}
+}
+
+func (rt *Runtime) add(m *Machine) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rt.machines[m.name] = m
+}
+
+func (rt *Runtime) remove(m *Machine) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.machines[m.name] == m {
+		delete(rt.machines, m.name)
+	}
+}
