@@ -10,6 +10,8 @@ packages=(
   libvirt-daemon-driver-qemu libvirt-clients libxml2-utils qemu-system-x86 qemu-utils qemu-system-data ovmf
   # test guest: busybox initramfs, kernel extraction, disk image
   busybox-static cpio xz-utils zstd e2fsprogs kmod
+  # containerd tests: runc for plain pods, CNI plugins, nsenter/unshare
+  runc containernetworking-plugins util-linux
   # network namespaces, taps, tc
   iproute2
 )

@@ -6,11 +6,17 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/vmpod/vmpod/pkg/shim"
 )
 
 const usage = `vm-runtime runs virtual machines as Kubernetes pods.
 
 Usage:
+  vm-runtime shim [containerd shim flags] start|delete
+      containerd's runtime v2 shim for RuntimeClass handlers with
+      runtime_type io.containerd.vmpod.v2 (containerd runs it as
+      containerd-shim-vmpod-v2, a link to this binary).
   vm-runtime render -f pod.yaml [--capabilities caps.xml [--domain-capabilities domcaps.xml]]
       Print the libvirt domain XML the pod becomes on this node (or on the
       node whose capabilities are given). Exit 2 if the pod is invalid.
@@ -24,12 +30,26 @@ func main() {
 	os.Exit(run(filepath.Base(os.Args[0]), os.Args[1:]))
 }
 
+// shimName is the binary containerd looks for on PATH for
+// runtime_type io.containerd.vmpod.v2.
+const shimName = "containerd-shim-vmpod-v2"
+
 func run(argv0 string, args []string) int {
+	if argv0 == shimName {
+		if len(args) > 0 && args[0] == "shim" {
+			args = args[1:]
+		}
+		shim.Run(argv0, args)
+		return 0
+	}
 	if len(args) == 0 {
 		fmt.Fprint(os.Stderr, usage)
 		return 2
 	}
 	switch args[0] {
+	case "shim":
+		shim.Run(argv0, args[1:])
+		return 0
 	case "render":
 		return renderCmd(args[1:])
 	case "labeller":

@@ -55,8 +55,8 @@ func TestRenderExamples(t *testing.T) {
 		t.Fatalf("no examples (%v)", err)
 	}
 	nodes := map[string][]string{
-		"tcg":        {"--capabilities", tcgCaps, "--domain-capabilities", tcgDomCaps},
-		"kvm":        {"--capabilities", kvmCaps, "--domain-capabilities", kvmDomCaps},
+		"tcg":       {"--capabilities", tcgCaps, "--domain-capabilities", tcgDomCaps},
+		"kvm":       {"--capabilities", kvmCaps, "--domain-capabilities", kvmDomCaps},
 		"this-node": nil,
 	}
 	for _, ex := range examples {

@@ -111,15 +111,19 @@ func TestSteps(t *testing.T) {
 			},
 		},
 		{
-			name:  "firmware bios with kernel boot uses qboot",
-			apply: func(d *libvirtxml.Domain) error { return firmware(d, vmspec.FirmwareBIOS, bootKernel, tcgHost.Firmware, "") },
+			name: "firmware bios with kernel boot uses qboot",
+			apply: func(d *libvirtxml.Domain) error {
+				return firmware(d, vmspec.FirmwareBIOS, bootKernel, tcgHost.Firmware, "")
+			},
 			want: libvirtxml.Domain{OS: &libvirtxml.DomainOS{
 				Loader: &libvirtxml.DomainLoader{Path: "/usr/share/qemu/qboot.rom", Readonly: "yes", Type: "rom"}}},
 		},
 		{
-			name:  "firmware bios with disk boot is SeaBIOS",
-			apply: func(d *libvirtxml.Domain) error { return firmware(d, vmspec.FirmwareBIOS, bootDisk, tcgHost.Firmware, "") },
-			want:  libvirtxml.Domain{OS: &libvirtxml.DomainOS{}},
+			name: "firmware bios with disk boot is SeaBIOS",
+			apply: func(d *libvirtxml.Domain) error {
+				return firmware(d, vmspec.FirmwareBIOS, bootDisk, tcgHost.Firmware, "")
+			},
+			want: libvirtxml.Domain{OS: &libvirtxml.DomainOS{}},
 		},
 		{
 			name: "firmware uefi",
@@ -252,11 +256,17 @@ func TestStepErrors(t *testing.T) {
 		{"passthrough under tcg", func(d *libvirtxml.Domain) error {
 			return cpu(d, vmspec.CPU{Model: "host-passthrough"}, 1, host.AccelTCG, tcgHost)
 		}, errdefs.IsFailedPrecondition, `vmpod.io/cpu-model: "host-passthrough": needs KVM`},
-		{"unknown model", func(d *libvirtxml.Domain) error { return cpu(d, vmspec.CPU{Model: "Cascadelake"}, 1, host.AccelTCG, tcgHost) },
+		{"unknown model", func(d *libvirtxml.Domain) error {
+			return cpu(d, vmspec.CPU{Model: "Cascadelake"}, 1, host.AccelTCG, tcgHost)
+		},
 			errdefs.IsFailedPrecondition, `vmpod.io/cpu-model: "Cascadelake": not a CPU model this node can run`},
-		{"too many vcpus", func(d *libvirtxml.Domain) error { return cpu(d, vmspec.CPU{Model: "auto"}, 256, host.AccelTCG, tcgHost) },
+		{"too many vcpus", func(d *libvirtxml.Domain) error {
+			return cpu(d, vmspec.CPU{Model: "auto"}, 256, host.AccelTCG, tcgHost)
+		},
 			errdefs.IsFailedPrecondition, "the node allows at most 255 vCPUs"},
-		{"uefi without ovmf", func(d *libvirtxml.Domain) error { return firmware(d, vmspec.FirmwareUEFI, bootDisk, host.Firmware{}, "/n") },
+		{"uefi without ovmf", func(d *libvirtxml.Domain) error {
+			return firmware(d, vmspec.FirmwareUEFI, bootDisk, host.Firmware{}, "/n")
+		},
 			errdefs.IsFailedPrecondition, `vmpod.io/firmware: "uefi": the node has no OVMF`},
 		{"nothing to boot", func(d *libvirtxml.Domain) error { return bootSource(d, bootNothing, "", true, Paths{}) },
 			errdefs.IsFailedPrecondition, "vmpod.io/boot"},

@@ -120,7 +120,7 @@ func bootGuest(t testing.TB, podFile string) bootTimes {
 		}
 		assertGone(t, rt, spec.Name, pid, dir)
 	})
-	if err := m.Start(ctx); err != nil {
+	if err := m.Start(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
 	if pid, err = m.PID(ctx); err != nil || pid <= 0 {

@@ -25,8 +25,9 @@ type Config struct {
 	// by vmspec.NIC and vmspec.Volume name.
 	NICs    map[string]convert.NIC
 	Volumes map[string]string
-	// MemoryLimit caps QEMU's memory (guest RAM plus overhead) in bytes,
-	// applied live after a paused start; 0 sets none.
+	// MemoryLimit caps QEMU's memory (guest RAM plus overhead) in bytes
+	// through libvirt, applied live after a paused start; 0 sets none. A
+	// runtime that manages QEMU's cgroup itself uses Start's prepare hook.
 	MemoryLimit uint64
 }
 
@@ -99,10 +100,16 @@ func (m *Machine) stopped(r virt.StopReason) {
 	close(m.exited)
 }
 
+// Prepare runs between QEMU's start and the guest's first instruction,
+// with QEMU's pid: the moment to move QEMU into a cgroup, set limits, or
+// connect to the console so no output is lost.
+type Prepare func(ctx context.Context, pid int) error
+
 // Start boots the VM: QEMU starts with its vCPUs stopped, gets its memory
-// limit (live, because the limit in the XML needs CAP_SYS_RESOURCE), then
-// runs. If any of that fails the VM is stopped again.
-func (m *Machine) Start(ctx context.Context) (retErr error) {
+// limit (live, because the limit in the XML needs CAP_SYS_RESOURCE) and
+// whatever prepare does, then runs. If any of that fails the VM is stopped
+// again. prepare may be nil.
+func (m *Machine) Start(ctx context.Context, prepare Prepare) (retErr error) {
 	if err := m.hv.Start(ctx, m.name, virt.StartOptions{Paused: true}); err != nil {
 		return err
 	}
@@ -116,6 +123,15 @@ func (m *Machine) Start(ctx context.Context) (retErr error) {
 			return err
 		}
 	}
+	if prepare != nil {
+		pid, err := m.PID(ctx)
+		if err != nil {
+			return err
+		}
+		if err := prepare(ctx, pid); err != nil {
+			return err
+		}
+	}
 	return m.hv.Resume(ctx, m.name)
 }
 
@@ -124,6 +140,12 @@ func (m *Machine) PID(ctx context.Context) (int, error) {
 	info, err := m.hv.Info(ctx, m.name)
 	return info.PID, err
 }
+
+// Suspend stops the guest's vCPUs (Pause); QEMU and guest memory stay.
+func (m *Machine) Suspend(ctx context.Context) error { return m.hv.Suspend(ctx, m.name) }
+
+// Resume lets a suspended guest run again.
+func (m *Machine) Resume(ctx context.Context) error { return m.hv.Resume(ctx, m.name) }
 
 // Shutdown presses the ACPI power button; the guest decides when it powers off.
 func (m *Machine) Shutdown(ctx context.Context) error { return m.hv.Shutdown(ctx, m.name) }

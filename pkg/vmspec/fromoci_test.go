@@ -54,7 +54,7 @@ func TestFromOCI(t *testing.T) {
 	want.CloudInit = &vmspec.CloudInit{Volume: "seed", VolumeMountPath: "/cloud-init"}
 
 	got, err := vmspec.FromOCI(ociSpec(map[string]string{
-		vmspec.AnnotationFirmware:       "uefi",
+		vmspec.AnnotationFirmware:        "uefi",
 		vmspec.AnnotationCloudInitVolume: "seed",
 	}))
 	if err != nil {

@@ -19,6 +19,12 @@ type EmbedOptions struct {
 	// a new root otherwise probes every installed qemu-system-* for seconds.
 	// Empty: no sharing. It is created if missing.
 	CacheDir string
+	// NoCgroups stops libvirt from making cgroups for QEMU, which then
+	// stays in the cgroup of the process that opened the root. A pod's shim
+	// wants that: libvirt would otherwise put QEMU under /machine, outside
+	// the pod's cgroup and its limits. SetMemoryHardLimit then fails;
+	// the caller manages QEMU's cgroup itself.
+	NoCgroups bool
 }
 
 // qemuConf is <root>/etc/qemu.conf. The embedded driver reads it from the
@@ -47,6 +53,12 @@ dynamic_ownership = 0
 # pod sandbox is the confinement, and libvirt's AppArmor driver would need
 # virt-aa-helper and profiles that vmpod does not install.
 security_driver = "none"
+`
+
+// noCgroupsConf is appended for EmbedOptions.NoCgroups.
+const noCgroupsConf = `
+# The caller keeps QEMU in its own (the pod's) cgroup.
+cgroup_controllers = [ ]
 `
 
 var embedded struct {
@@ -79,7 +91,11 @@ func OpenEmbedded(ctx context.Context, root string, opts EmbedOptions) (_ *Conn,
 	if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
 		return nil, fmt.Errorf("embed root: %w: %v", errdefs.ErrInternal, err)
 	}
-	if err := writeFileAtomic(filepath.Join(root, "etc", "qemu.conf"), []byte(qemuConf), 0o644); err != nil {
+	conf := qemuConf
+	if opts.NoCgroups {
+		conf += noCgroupsConf
+	}
+	if err := writeFileAtomic(filepath.Join(root, "etc", "qemu.conf"), []byte(conf), 0o644); err != nil {
 		return nil, fmt.Errorf("embed root: %w: %v", errdefs.ErrInternal, err)
 	}
 	capsDir := filepath.Join(root, "cache", "qemu", "capabilities")

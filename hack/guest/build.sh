@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# Builds the vmpod test guest from Debian packages, without installing a
+# kernel on this machine:
+#   vmlinuz                the Debian kernel (bzImage)
+#   vmlinux                the same kernel uncompressed: an ELF with a PVH note
+#                          that QEMU enters directly (much faster under TCG)
+#   initrd.img             busybox-static initramfs; /init is rootfs/init
+#   disk.qcow2             16 MiB ext4 with hello.txt
+#   containerdisk.oci.tar  OCI image-layout archive of all of it (KubeVirt's
+#                          containerdisk layout), for `ctr images import`
+#   guest.env              KERNEL_VERSION=... IMAGE=...
+#
+# Usage: hack/guest/build.sh [OUTDIR]   (default <repo>/_output/guest)
+# Progress goes to stderr; OUTDIR's absolute path is printed on stdout.
+# Cached: does nothing if the outputs are newer than this directory's files.
+# The kernel .deb is kept in OUTDIR; delete it to pick up a newer kernel.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+out=${1:-$repo/_output/guest}
+[[ -d $out ]] && out=$(cd "$out" && pwd)
+image=localhost/vmpod/test-guest:v1
+
+# Modules /init loads, in this order, each after its dependencies (resolved
+# below). The ACPI power button comes first so that a shutdown request during
+# the rest of the boot is not lost. Everything else the guest needs is built
+# into Debian's kernel: the 8250 serial console, devtmpfs, AF_PACKET (udhcpc),
+# unix sockets, IPv4, the initramfs decompressors.
+modules=(button evdev virtio_pci virtio_blk virtio_net virtio_console ext4)
+
+log() { echo "guest: $*" >&2; }
+die() {
+	echo "guest: error: $*" >&2
+	exit 1
+}
+
+outputs=(vmlinuz vmlinux initrd.img disk.qcow2 containerdisk.oci.tar guest.env)
+
+# guest.env is written last, so it doubles as the stamp of a complete build.
+uptodate() {
+	local f
+	for f in "${outputs[@]}"; do [[ -f $out/$f ]] || return 1; done
+	[[ -z $(find "$here" -newer "$out/guest.env" -print -quit) ]]
+}
+
+if uptodate; then
+	log "up to date in $out"
+	echo "$out"
+	exit 0
+fi
+
+for p in busybox-static cpio xz-utils zstd e2fsprogs qemu-utils kmod; do
+	[[ $(dpkg-query -W -f='${Status}' "$p" 2>/dev/null) == "install ok installed" ]] ||
+		die "Debian package $p is not installed (run hack/install-deps.sh)"
+done
+command -v go >/dev/null || die "go is not in PATH"
+
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+# Concurrent callers (parallel test packages) wait for one build to finish.
+exec 9>"$out/.lock"
+flock 9
+if uptodate; then
+	log "up to date in $out (built by another caller)"
+	echo "$out"
+	exit 0
+fi
+tmp=$(mktemp -d "$out/.build.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+
+# --- kernel ---------------------------------------------------------------
+kpkg=$(apt-cache depends linux-image-amd64 2>/dev/null |
+	awk '$1 == "Depends:" && $2 ~ /^linux-image-[0-9]/ { print $2; exit }')
+[[ -n $kpkg ]] || die "cannot resolve linux-image-amd64 (try apt-get update)"
+
+deb=$(find "$out" -maxdepth 1 -name "${kpkg}_*_amd64.deb" -print -quit)
+if [[ -z $deb ]]; then
+	log "downloading kernel $kpkg ..."
+	# As root apt drops to the _apt user for downloads, which cannot write
+	# into our private temp dir.
+	aptopt=()
+	[[ $EUID -eq 0 ]] && aptopt=(-o APT::Sandbox::User=root)
+	if ! (cd "$tmp" && apt-get download -q "${aptopt[@]}" "$kpkg" >/dev/null 2>&1); then
+		log "download failed; running apt-get update ..."
+		apt-get update -qq >&2
+		(cd "$tmp" && apt-get download -q "${aptopt[@]}" "$kpkg" >/dev/null)
+	fi
+	rm -f "$out"/linux-image-*.deb
+	mv "$tmp"/"${kpkg}"_*_amd64.deb "$out"/
+	deb=$(find "$out" -maxdepth 1 -name "${kpkg}_*_amd64.deb" -print -quit)
+fi
+
+log "unpacking $(basename "$deb") ..."
+kroot=$tmp/kernel
+dpkg-deb -x "$deb" "$kroot"
+kver=${kpkg#linux-image-}
+[[ -f $kroot/boot/vmlinuz-$kver ]] || die "no boot/vmlinuz-$kver in $deb"
+cp "$kroot/boot/vmlinuz-$kver" "$tmp/vmlinuz"
+
+# --- vmlinux: the xz stream inside the bzImage ------------------------------
+# Like the kernel's scripts/extract-vmlinux: try each offset where the xz
+# magic appears until one decompresses to an ELF. xz complains about the
+# bytes after the stream, hence 2>/dev/null and no exit-status check.
+log "extracting vmlinux ..."
+grep -q '^CONFIG_KERNEL_XZ=y' "$kroot/boot/config-$kver" ||
+	die "kernel $kver is not xz-compressed; extend build.sh"
+is_elf() { [[ $(head -c4 "$1" | od -An -c | tr -d ' ') == '177ELF' ]]; }
+while IFS=: read -r off _; do
+	tail -c "+$((off + 1))" "$tmp/vmlinuz" | xz -dc >"$tmp/vmlinux" 2>/dev/null || true
+	is_elf "$tmp/vmlinux" && break
+done < <(LC_ALL=C grep -abo $'\xfd7zXZ' "$tmp/vmlinuz")
+is_elf "$tmp/vmlinux" || die "no ELF kernel inside the bzImage"
+# Type 0x12 is XEN_ELFNOTE_PHYS32_ENTRY, the PVH entry point QEMU looks for.
+# (readelf is optional: binutils comes with gcc.)
+if command -v readelf >/dev/null &&
+	! readelf -n "$tmp/vmlinux" | grep -E 'Xen[[:space:]].*note type: \(0x00000012\)' >/dev/null; then
+	die "vmlinux has no PVH entry note; QEMU cannot boot it with -kernel"
+fi
+
+# --- initramfs ----------------------------------------------------------------
+log "building initramfs ..."
+depmod -b "$kroot" "$kver" # the .deb ships no modules.dep (postinst makes it)
+ir=$tmp/initramfs
+mkdir -p "$ir"/{bin,sbin,usr/bin,usr/sbin,etc,proc,sys,dev,mnt,run,tmp,lib/modules}
+cp /bin/busybox "$ir/bin/busybox"
+busybox --list-full | while read -r applet; do
+	[[ -e $ir/$applet ]] || ln -s /bin/busybox "$ir/$applet"
+done
+cp -R "$here/rootfs/." "$ir/"
+chmod 0755 "$ir/init" "$ir/bin/http-reply" "$ir/bin/guest-poweroff" \
+	"$ir/etc/udhcpc.script" "$ir/etc/acpi/PWRF/00000080"
+
+# modprobe --show-depends prints the insmod commands in load order, softdeps
+# included (ext4 needs crc32c through the crypto API, not a symbol).
+for m in "${modules[@]}"; do
+	modprobe -d "$kroot" -S "$kver" --show-depends "$m" >>"$tmp/deps" ||
+		die "module $m not found in $kver"
+done
+declare -A seen=()
+while read -r verb path _; do
+	[[ $verb == insmod ]] || continue # "builtin X": nothing to load
+	# Arch-optimised crypto (crc32c-intel) needs CPU features that TCG's
+	# default CPU lacks; the generic implementations are in the list too.
+	[[ $path == */kernel/arch/x86/crypto/* ]] && continue
+	name=$(basename "$path")
+	name=${name%%.ko*}
+	[[ -n ${seen[$name]:-} ]] && continue
+	seen[$name]=1
+	case $path in
+	*.ko.xz) xz -dc "$path" >"$ir/lib/modules/$name.ko" ;;
+	*.ko.zst) zstd -qdc "$path" >"$ir/lib/modules/$name.ko" ;;
+	*.ko) cp "$path" "$ir/lib/modules/$name.ko" ;;
+	*) die "unexpected module file $path" ;;
+	esac
+	echo "$name" >>"$ir/lib/modules/load.list"
+done <"$tmp/deps"
+log "initramfs modules: $(tr '\n' ' ' <"$ir/lib/modules/load.list")"
+
+# Sorted names, fixed owner and times, --reproducible: same inputs, same
+# bytes, so a rebuild does not change the image digest.
+find "$ir" -exec touch -h -d @0 {} +
+(cd "$ir" && find . -print0 | LC_ALL=C sort -z |
+	cpio --null --quiet -o -H newc -R 0:0 --reproducible) | gzip -n -1 >"$tmp/initrd.img"
+
+# --- disk -----------------------------------------------------------------------
+log "building disk.qcow2 ..."
+mkdir -p "$tmp/disk"
+echo "hello from the vmpod disk" >"$tmp/disk/hello.txt"
+touch -d @0 "$tmp/disk/hello.txt" "$tmp/disk"
+# Fixed UUID, hash seed and times for reproducibility. E2FSPROGS_FAKE_TIME
+# covers what mke2fs stamps itself; -d copies the ctime of hello.txt, which
+# only debugfs can reset.
+uuid=6d9a2f5e-0c1b-4f3a-9e2d-7a6b5c4d3e2f
+export E2FSPROGS_FAKE_TIME=1
+mke2fs -q -F -t ext4 -L vmpod-disk -U "$uuid" -E "hash_seed=$uuid,root_owner=0:0" \
+	-d "$tmp/disk" "$tmp/disk.raw" 16M >/dev/null
+debugfs -w -R "set_inode_field /hello.txt ctime 1" "$tmp/disk.raw" 2>/dev/null
+unset E2FSPROGS_FAKE_TIME
+qemu-img convert -O qcow2 "$tmp/disk.raw" "$tmp/disk.qcow2"
+
+# --- containerdisk -----------------------------------------------------------------
+log "building containerdisk.oci.tar ($image) ..."
+(cd "$repo" && go run ./hack/guest/containerdisk -o "$tmp/containerdisk.oci.tar" -name "$image" \
+	-file /boot/vmlinuz="$tmp/vmlinuz" \
+	-file /boot/vmlinux="$tmp/vmlinux" \
+	-file /boot/initrd.img="$tmp/initrd.img" \
+	-file /disk/disk.qcow2="$tmp/disk.qcow2")
+
+printf 'KERNEL_VERSION=%s\nIMAGE=%s\n' "$kver" "$image" >"$tmp/guest.env"
+for f in "${outputs[@]}"; do mv -f "$tmp/$f" "$out/$f"; done
+log "done: $out"
+echo "$out"

@@ -1,0 +1,339 @@
+package containerd
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Crictl runs crictl against this containerd, inside the node's network
+// namespace (so exec, attach and port-forward reach the streaming server on
+// its loopback), with a config file of its own (the host's
+// /etc/crictl.yaml is never read) and --timeout Options.CRITimeout. It
+// returns stdout; the error carries stderr.
+func (c *Containerd) Crictl(t testing.TB, args ...string) (string, error) {
+	t.Helper()
+	return c.crictl(c.opts.CRITimeout, args...)
+}
+
+func (c *Containerd) crictl(timeout time.Duration, args ...string) (string, error) {
+	argv := append([]string{
+		"--config", filepath.Join(c.Root, "crictl.yaml"),
+		"--runtime-endpoint", c.Endpoint,
+		"--image-endpoint", c.Endpoint,
+		"--timeout", timeout.String(),
+	}, args...)
+	// The process bound is a little longer than crictl's own.
+	return c.Run(timeout+10*time.Second, filepath.Join(c.BinDir, "crictl"), argv...)
+}
+
+// MustCrictl is Crictl that fails the test on error.
+func (c *Containerd) MustCrictl(t testing.TB, args ...string) string {
+	t.Helper()
+	out, err := c.Crictl(t, args...)
+	if err != nil {
+		t.Fatalf("crictl: %v", err)
+	}
+	return out
+}
+
+// Ctr runs `ctr --address ADDRESS ARGS...` (namespace k8s.io unless ARGS
+// say otherwise: put "-n", "other" first) with a 5 minute bound.
+func (c *Containerd) Ctr(t testing.TB, args ...string) (string, error) {
+	t.Helper()
+	argv := []string{"--address", c.Address}
+	if len(args) == 0 || (args[0] != "-n" && args[0] != "--namespace") {
+		argv = append(argv, "--namespace", "k8s.io")
+	}
+	argv = append(argv, args...)
+	return c.Run(5*time.Minute, filepath.Join(c.BinDir, "ctr"), argv...)
+}
+
+// ImportImage imports an OCI image-layout (or docker save) archive into the
+// k8s.io namespace, where CRI sees it, and unpacks it for CRI's snapshotter.
+// The image keeps the name in the archive's io.containerd.image.name or
+// org.opencontainers.image.ref.name annotation (ctr's transfer-service
+// import prefers those to its generated "import-DATE" prefix).
+func (c *Containerd) ImportImage(t testing.TB, archive string) {
+	t.Helper()
+	start := time.Now()
+	if _, err := c.Ctr(t, "images", "import", "--snapshotter", c.Snapshotter, archive); err != nil {
+		t.Fatalf("import %s: %v", archive, err)
+	}
+	t.Logf("containerd: imported %s in %v", filepath.Base(archive), time.Since(start).Round(time.Millisecond))
+}
+
+// WriteJSON writes v as JSON to Root/configs/NAME and returns the path, for
+// `crictl runp POD.json` and `crictl create POD CONTAINER.json POD.json`.
+func (c *Containerd) WriteJSON(t testing.TB, name string, v any) string {
+	t.Helper()
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(c.Root, "configs", name)
+	if err := writeFile(p, b); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// RunPod runs `crictl runp --runtime HANDLER` (HANDLER "" is containerd's
+// default, runc) and returns the sandbox ID.
+func (c *Containerd) RunPod(t testing.TB, pod *PodSandboxConfig, handler string) string {
+	t.Helper()
+	path := c.WriteJSON(t, "pod-"+pod.Metadata.Namespace+"-"+pod.Metadata.Name+".json", pod)
+	args := []string{"runp"}
+	if handler != "" {
+		args = append(args, "--runtime", handler)
+	}
+	return strings.TrimSpace(c.MustCrictl(t, append(args, path)...))
+}
+
+// CreateContainer runs `crictl create POD CONTAINER.json POD.json` (never
+// pulling) and returns the container ID.
+func (c *Containerd) CreateContainer(t testing.TB, podID string, ctr *ContainerConfig, pod *PodSandboxConfig) string {
+	t.Helper()
+	pp := c.WriteJSON(t, "pod-"+pod.Metadata.Namespace+"-"+pod.Metadata.Name+".json", pod)
+	cp := c.WriteJSON(t, "ctr-"+pod.Metadata.Namespace+"-"+pod.Metadata.Name+"-"+ctr.Metadata.Name+".json", ctr)
+	return strings.TrimSpace(c.MustCrictl(t, "create", "--no-pull", podID, cp, pp))
+}
+
+// PodStatus is the part of `crictl inspectp -o json` tests look at.
+type PodStatus struct {
+	ID    string
+	State string // SANDBOX_READY or SANDBOX_NOTREADY
+	IP    string
+	// NetNSPath is the pod's network namespace; it resolves inside Command
+	// (containerd's mount namespace), e.g.
+	// c.Run(d, "nsenter", "--net="+s.NetNSPath, "ip", "addr").
+	NetNSPath string
+	// PID is the sandbox task's process (the pause process with runc), 0
+	// when containerd does not report one.
+	PID int
+	// Raw is the whole inspectp output.
+	Raw string
+}
+
+// InspectPod runs `crictl inspectp -o json ID`.
+func (c *Containerd) InspectPod(t testing.TB, id string) PodStatus {
+	t.Helper()
+	out := c.MustCrictl(t, "inspectp", "-o", "json", id)
+	var v struct {
+		Status struct {
+			ID      string `json:"id"`
+			State   string `json:"state"`
+			Network struct {
+				IP string `json:"ip"`
+			} `json:"network"`
+		} `json:"status"`
+		Info struct {
+			PID         int `json:"pid"`
+			RuntimeSpec struct {
+				Linux struct {
+					Namespaces []struct {
+						Type string `json:"type"`
+						Path string `json:"path"`
+					} `json:"namespaces"`
+				} `json:"linux"`
+			} `json:"runtimeSpec"`
+		} `json:"info"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("crictl inspectp %s: %v", id, err)
+	}
+	s := PodStatus{ID: v.Status.ID, State: v.Status.State, IP: v.Status.Network.IP, PID: v.Info.PID, Raw: out}
+	for _, ns := range v.Info.RuntimeSpec.Linux.Namespaces {
+		if ns.Type == "network" {
+			s.NetNSPath = ns.Path
+		}
+	}
+	return s
+}
+
+// StopRemovePod runs `crictl stopp` and `crictl rmp`.
+func (c *Containerd) StopRemovePod(t testing.TB, id string) {
+	t.Helper()
+	c.MustCrictl(t, "stopp", id)
+	c.MustCrictl(t, "rmp", id)
+}
+
+// NewPodConfig is the pod sandbox config a kubelet would send for a pod with
+// no special settings: log directory under LogDir, cgroup parent
+// CgroupParent/pod<UID> (cgroupfs), pod network, a PID namespace per
+// container, and annotations from ANNOTATIONS (may be nil).
+func (c *Containerd) NewPodConfig(name, namespace, uid string, annotations map[string]string) *PodSandboxConfig {
+	return &PodSandboxConfig{
+		Metadata:     PodSandboxMetadata{Name: name, UID: uid, Namespace: namespace},
+		Hostname:     name,
+		LogDirectory: filepath.Join(c.LogDir, namespace+"_"+name+"_"+uid),
+		Labels: map[string]string{
+			"io.kubernetes.pod.name":      name,
+			"io.kubernetes.pod.namespace": namespace,
+			"io.kubernetes.pod.uid":       uid,
+		},
+		Annotations: annotations,
+		Linux: &LinuxPodSandboxConfig{
+			CgroupParent: c.CgroupParent + "/pod" + uid,
+			SecurityContext: &LinuxSandboxSecurityContext{
+				NamespaceOptions: &NamespaceOption{Network: NamespacePod, Pid: NamespaceContainer, Ipc: NamespacePod},
+			},
+		},
+	}
+}
+
+// NewContainerConfig is a container config for IMAGE logging to
+// NAME/0.log under the pod's log directory.
+func NewContainerConfig(name, image string) *ContainerConfig {
+	return &ContainerConfig{
+		Metadata: ContainerMetadata{Name: name},
+		Image:    ImageSpec{Image: image},
+		LogPath:  name + "/0.log",
+		Linux: &LinuxContainerConfig{
+			SecurityContext: &LinuxContainerSecurityContext{
+				NamespaceOptions: &NamespaceOption{Network: NamespacePod, Pid: NamespaceContainer, Ipc: NamespacePod},
+			},
+		},
+	}
+}
+
+// Resources is CPU (millicores: a quota over a 100ms period, and shares, as
+// the kubelet computes them) and memory (bytes) limits for a container's or
+// a pod's Linux config; 0 leaves one unset.
+func Resources(milliCPU, memoryBytes int64) *LinuxContainerResources {
+	r := &LinuxContainerResources{MemoryLimitInBytes: memoryBytes}
+	if milliCPU > 0 {
+		r.CPUPeriod = 100000
+		r.CPUQuota = milliCPU * 100000 / 1000
+		r.CPUShares = milliCPU * 1024 / 1000
+	}
+	return r
+}
+
+func (p *PodSandboxConfig) String() string {
+	return fmt.Sprintf("%s/%s (%s)", p.Metadata.Namespace, p.Metadata.Name, p.Metadata.UID)
+}
+
+// The CRI v1 messages crictl reads, as JSON with the protobuf field names
+// (crictl decodes with encoding/json into k8s.io/cri-api types; enums are
+// numbers). Only the fields tests use; add more from
+// k8s.io/cri-api/pkg/apis/runtime/v1/api.proto as needed.
+
+type PodSandboxConfig struct {
+	Metadata     PodSandboxMetadata     `json:"metadata"`
+	Hostname     string                 `json:"hostname,omitempty"`
+	LogDirectory string                 `json:"log_directory,omitempty"`
+	DNSConfig    *DNSConfig             `json:"dns_config,omitempty"`
+	Labels       map[string]string      `json:"labels,omitempty"`
+	Annotations  map[string]string      `json:"annotations,omitempty"`
+	Linux        *LinuxPodSandboxConfig `json:"linux,omitempty"`
+}
+
+type PodSandboxMetadata struct {
+	Name      string `json:"name"`
+	UID       string `json:"uid"`
+	Namespace string `json:"namespace"`
+	Attempt   uint32 `json:"attempt,omitempty"`
+}
+
+type DNSConfig struct {
+	Servers  []string `json:"servers,omitempty"`
+	Searches []string `json:"searches,omitempty"`
+	Options  []string `json:"options,omitempty"`
+}
+
+type LinuxPodSandboxConfig struct {
+	CgroupParent    string                       `json:"cgroup_parent,omitempty"`
+	SecurityContext *LinuxSandboxSecurityContext `json:"security_context,omitempty"`
+	Sysctls         map[string]string            `json:"sysctls,omitempty"`
+	// Overhead is the RuntimeClass overhead; Resources the whole pod's
+	// (containerd passes it to the sandbox as io.kubernetes.cri.sandbox-*
+	// annotations).
+	Overhead  *LinuxContainerResources `json:"overhead,omitempty"`
+	Resources *LinuxContainerResources `json:"resources,omitempty"`
+}
+
+type LinuxSandboxSecurityContext struct {
+	NamespaceOptions *NamespaceOption `json:"namespace_options,omitempty"`
+	ReadonlyRootfs   bool             `json:"readonly_rootfs,omitempty"`
+	Privileged       bool             `json:"privileged,omitempty"`
+}
+
+// NamespaceMode is runtime.v1.NamespaceMode.
+type NamespaceMode int32
+
+const (
+	NamespacePod       NamespaceMode = 0
+	NamespaceContainer NamespaceMode = 1
+	NamespaceNode      NamespaceMode = 2
+	NamespaceTarget    NamespaceMode = 3
+)
+
+type NamespaceOption struct {
+	Network  NamespaceMode `json:"network,omitempty"`
+	Pid      NamespaceMode `json:"pid,omitempty"`
+	Ipc      NamespaceMode `json:"ipc,omitempty"`
+	TargetID string        `json:"target_id,omitempty"`
+}
+
+type LinuxContainerResources struct {
+	CPUPeriod          int64             `json:"cpu_period,omitempty"`
+	CPUQuota           int64             `json:"cpu_quota,omitempty"`
+	CPUShares          int64             `json:"cpu_shares,omitempty"`
+	MemoryLimitInBytes int64             `json:"memory_limit_in_bytes,omitempty"`
+	OomScoreAdj        int64             `json:"oom_score_adj,omitempty"`
+	CpusetCpus         string            `json:"cpuset_cpus,omitempty"`
+	CpusetMems         string            `json:"cpuset_mems,omitempty"`
+	Unified            map[string]string `json:"unified,omitempty"`
+}
+
+type ContainerConfig struct {
+	Metadata    ContainerMetadata     `json:"metadata"`
+	Image       ImageSpec             `json:"image"`
+	Command     []string              `json:"command,omitempty"`
+	Args        []string              `json:"args,omitempty"`
+	WorkingDir  string                `json:"working_dir,omitempty"`
+	Envs        []KeyValue            `json:"envs,omitempty"`
+	Mounts      []Mount               `json:"mounts,omitempty"`
+	Labels      map[string]string     `json:"labels,omitempty"`
+	Annotations map[string]string     `json:"annotations,omitempty"`
+	LogPath     string                `json:"log_path,omitempty"`
+	Stdin       bool                  `json:"stdin,omitempty"`
+	StdinOnce   bool                  `json:"stdin_once,omitempty"`
+	Tty         bool                  `json:"tty,omitempty"`
+	Linux       *LinuxContainerConfig `json:"linux,omitempty"`
+}
+
+type ContainerMetadata struct {
+	Name    string `json:"name"`
+	Attempt uint32 `json:"attempt,omitempty"`
+}
+
+type ImageSpec struct {
+	Image string `json:"image"`
+}
+
+type KeyValue struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+type Mount struct {
+	ContainerPath string `json:"container_path"`
+	HostPath      string `json:"host_path"`
+	Readonly      bool   `json:"readonly,omitempty"`
+}
+
+type LinuxContainerConfig struct {
+	Resources       *LinuxContainerResources       `json:"resources,omitempty"`
+	SecurityContext *LinuxContainerSecurityContext `json:"security_context,omitempty"`
+}
+
+type LinuxContainerSecurityContext struct {
+	Privileged       bool             `json:"privileged,omitempty"`
+	NamespaceOptions *NamespaceOption `json:"namespace_options,omitempty"`
+	ReadonlyRootfs   bool             `json:"readonly_rootfs,omitempty"`
+}

@@ -1,0 +1,114 @@
+package containerd
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// RepoRoot is the vmpod checkout the test runs in: the nearest directory
+// above the working directory whose go.mod declares github.com/vmpod/vmpod.
+func RepoRoot(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.HasPrefix(string(b), "module github.com/vmpod/vmpod\n") {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("containerd harness: not inside the vmpod module")
+		}
+		dir = parent
+	}
+}
+
+// Within one test binary the scripts run once; across binaries they take
+// their own locks.
+var (
+	installOnce sync.Once
+	installDir  string
+	installErr  error
+	pauseOnce   sync.Once
+	pausePath   string
+	pauseErr    error
+)
+
+// installedBinDir is $VMPOD_CONTAINERD_BIN, or <repo>/_output/bin after
+// hack/containerd/install.sh (cached: well under a second when done).
+func installedBinDir(t testing.TB) string {
+	t.Helper()
+	if d := os.Getenv("VMPOD_CONTAINERD_BIN"); d != "" {
+		return d
+	}
+	repo := RepoRoot(t)
+	installOnce.Do(func() {
+		installDir = filepath.Join(repo, "_output", "bin")
+		_, installErr = runScript(t, filepath.Join(repo, "hack", "containerd", "install.sh"), installDir)
+	})
+	if installErr != nil {
+		t.Fatal(installErr)
+	}
+	return installDir
+}
+
+// builtPauseArchive is $VMPOD_PAUSE_ARCHIVE, or hack/pause/build.sh's
+// archive in <repo>/_output/pause.
+func builtPauseArchive(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("VMPOD_PAUSE_ARCHIVE"); p != "" {
+		return p
+	}
+	repo := RepoRoot(t)
+	pauseOnce.Do(func() {
+		var out string
+		out, pauseErr = runScript(t, filepath.Join(repo, "hack", "pause", "build.sh"), filepath.Join(repo, "_output", "pause"))
+		pausePath = strings.TrimSpace(out)
+	})
+	if pauseErr != nil {
+		t.Fatal(pauseErr)
+	}
+	return pausePath
+}
+
+// runScript runs a hack/ script, passing its stderr progress to t.Log line
+// by line, and returns its stdout.
+func runScript(t testing.TB, script string, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(script, args...)
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	pr, pw := io.Pipe()
+	cmd.Stderr = pw
+	done := make(chan struct{})
+	var lines []string
+	go func() {
+		defer close(done)
+		s := bufio.NewScanner(pr)
+		for s.Scan() {
+			t.Log(s.Text())
+			lines = append(lines, s.Text())
+		}
+	}()
+	err := cmd.Run()
+	pw.Close()
+	<-done
+	if err != nil {
+		if len(lines) > 20 {
+			lines = lines[len(lines)-20:]
+		}
+		return "", fmt.Errorf("%s: %w\n%s", filepath.Base(script), err, strings.Join(lines, "\n"))
+	}
+	return stdout.String(), nil
+}

@@ -1,0 +1,133 @@
+// Package testguest gives tests the test guest that hack/guest/build.sh
+// builds: its files, and its containerdisk unpacked the way a container
+// runtime unpacks an image. It may import go-containerregistry and the
+// standard library.
+package testguest
+
+import (
+	"archive/tar"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+)
+
+// Image is the containerdisk's image reference.
+const Image = "localhost/vmpod/test-guest:v1"
+
+// Dir is where the test guest was built: $VMPOD_GUEST_DIR, else
+// <repo>/_output/guest. The test fails, saying how to build it, if it is
+// missing.
+func Dir(t testing.TB) string {
+	t.Helper()
+	dir := os.Getenv("VMPOD_GUEST_DIR")
+	if dir == "" {
+		_, file, _, _ := runtime.Caller(0)
+		dir = filepath.Join(filepath.Dir(file), "..", "..", "_output", "guest")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "containerdisk.oci.tar")); err != nil {
+		t.Fatalf("test guest missing (%v): run `make guest` (hack/guest/build.sh)", err)
+	}
+	return dir
+}
+
+// Archive is the containerdisk OCI archive.
+func Archive(t testing.TB) string { return filepath.Join(Dir(t), "containerdisk.oci.tar") }
+
+// Rootfs unpacks the containerdisk into a fresh dir under parent (so that
+// the test owns and removes it) and returns it.
+func Rootfs(t testing.TB, parent string) string {
+	t.Helper()
+	dst := filepath.Join(parent, "rootfs")
+	if err := Unpack(Archive(t), dst); err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+// Unpack writes the flattened layers of the single image in an OCI
+// archive to dst.
+func Unpack(archive, dst string) error {
+	tmp, err := os.MkdirTemp("", "vmpod-oci-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	f, err := os.Open(archive)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := untar(f, tmp); err != nil {
+		return fmt.Errorf("OCI archive: %w", err)
+	}
+	idx, err := layout.ImageIndexFromPath(tmp)
+	if err != nil {
+		return err
+	}
+	m, err := idx.IndexManifest()
+	if err != nil {
+		return err
+	}
+	if len(m.Manifests) != 1 {
+		return fmt.Errorf("OCI archive holds %d images, want 1", len(m.Manifests))
+	}
+	img, err := idx.Image(m.Manifests[0].Digest)
+	if err != nil {
+		return err
+	}
+	fs := mutate.Extract(img)
+	defer fs.Close()
+	if err := untar(fs, dst); err != nil {
+		return fmt.Errorf("image layers: %w", err)
+	}
+	return nil
+}
+
+func untar(r io.Reader, dst string) error {
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		name := filepath.Clean(h.Name)
+		if filepath.IsAbs(name) || strings.HasPrefix(name, "..") {
+			return fmt.Errorf("entry %q leaves the archive", h.Name)
+		}
+		p := filepath.Join(dst, name)
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := os.MkdirAll(p, 0o755); err != nil {
+				return err
+			}
+		case tar.TypeReg:
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				return err
+			}
+			f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, os.FileMode(h.Mode)&0o777)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(f, tr)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("entry %q: unexpected type %c", h.Name, h.Typeflag)
+		}
+	}
+}

@@ -1,0 +1,224 @@
+package podnet
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Attachment is a tap joined to the pod interface, with the DHCP server
+// that serves the guest behind it. Close undoes it.
+type Attachment struct {
+	pod Pod
+	tap string
+
+	mu   sync.Mutex
+	undo []func() error // in the order acquired; Close runs them backwards
+}
+
+// Tap is the name of the tap the guest NIC must use (QEMU
+// -netdev tap,ifname=..., libvirt <target dev=... managed='no'/>).
+func (a *Attachment) Tap() string { return a.tap }
+
+// MAC is the address the guest NIC must have: the pod interface's.
+func (a *Attachment) MAC() net.HardwareAddr { return append(net.HardwareAddr(nil), a.pod.MAC...) }
+
+// MTU is the pod interface's MTU, which the tap has too and the guest is
+// offered by DHCP.
+func (a *Attachment) MTU() int { return a.pod.MTU }
+
+// Attach creates the tap named tap in the current network namespace (see
+// the package comment) and wires it to p.Interface:
+//
+//   - the tap: single queue, owned by root, up, with p.MTU, IPv6 off (it is
+//     a conduit; the pod's stack has nothing to say to the guest);
+//   - an ingress qdisc on each side; on the pod interface a u32 filter that
+//     redirects every frame to the tap; on the tap one that passes the
+//     guest's DHCP client traffic (UDP to port 67) up to the DHCP server,
+//     and one that redirects everything else out of the pod interface;
+//   - a DHCP server on the tap that offers the guest exactly p.
+//
+// The pod IP stays on the pod interface. That is harmless: with every
+// incoming frame redirected at ingress, the pod's own stack never receives
+// anything on it, so it cannot answer ARP or reset the guest's connections.
+// And it keeps the pod interface as CNI left it (CNI CHECK and DEL see what
+// they expect), leaves Close nothing to restore there, and gives the DHCP
+// server's replies a source address.
+//
+// On error nothing is left behind.
+func Attach(p Pod, tap string) (_ *Attachment, retErr error) {
+	if err := validate(p, tap); err != nil {
+		return nil, err
+	}
+	// Every step must happen in the same namespace: tun, sysctl and socket
+	// calls act in the namespace of the thread that makes them.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+
+	a := &Attachment{pod: p, tap: tap}
+	defer func() {
+		if retErr != nil {
+			_ = a.Close()
+		}
+	}()
+
+	// A handle's sockets stay in this namespace, so Close can run on any
+	// thread.
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("netlink: %w", err)
+	}
+	a.onClose(func() error { h.Close(); return nil })
+
+	podLink, err := h.LinkByName(p.Interface)
+	if err != nil {
+		return nil, fmt.Errorf("pod interface %q: %w", p.Interface, err)
+	}
+	if !bytes.Equal(podLink.Attrs().HardwareAddr, p.MAC) {
+		return nil, fmt.Errorf("pod interface %q: MAC is %s, not %s: it changed since Inspect", p.Interface, podLink.Attrs().HardwareAddr, p.MAC)
+	}
+	podIndex := podLink.Attrs().Index
+
+	// Never take over a tap someone else made: IFF_TUN_EXCL enforces it,
+	// the look-up first gives the clearer error.
+	if _, err := h.LinkByName(tap); err == nil {
+		return nil, fmt.Errorf("tap %q: a link of that name exists already", tap)
+	}
+	tapLink := &netlink.Tuntap{
+		LinkAttrs: netlink.LinkAttrs{Name: tap},
+		Mode:      netlink.TUNTAP_MODE_TAP,
+		Flags:     netlink.TUNTAP_TUN_EXCL | netlink.TUNTAP_NO_PI | netlink.TUNTAP_VNET_HDR,
+	}
+	if err := h.LinkAdd(tapLink); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil, fmt.Errorf("tap %q: %w (the kernel needs the tun driver, CONFIG_TUN, and /dev/net/tun)", tap, err)
+		}
+		return nil, fmt.Errorf("tap %q: %w", tap, err)
+	}
+	tapIndex := tapLink.Attrs().Index
+	a.onClose(func() error {
+		return ignoreNoLink(h.LinkDel(&netlink.Tuntap{LinkAttrs: netlink.LinkAttrs{Index: tapIndex}}))
+	})
+
+	if err := tapSysctls(tap); err != nil {
+		return nil, err
+	}
+	if err := h.LinkSetMTU(tapLink, p.MTU); err != nil {
+		return nil, fmt.Errorf("tap %q: MTU %d: %w", tap, p.MTU, err)
+	}
+	if err := h.LinkSetUp(tapLink); err != nil {
+		return nil, fmt.Errorf("tap %q: up: %w", tap, err)
+	}
+
+	// Guest to pod interface. The qdisc's filters go with it.
+	if err := addIngress(h, tapIndex, tap); err != nil {
+		return nil, err
+	}
+	a.onClose(func() error { return delIngress(h, tapIndex) })
+	if err := addFilter(h, passDHCP(tapIndex), tap); err != nil {
+		return nil, err
+	}
+	if err := addFilter(h, redirectAll(tapIndex, podIndex), tap); err != nil {
+		return nil, err
+	}
+
+	srv, err := serveDHCP(p, tap)
+	if err != nil {
+		return nil, err
+	}
+	a.onClose(srv.close)
+
+	// Pod interface to guest, last: from here on the pod's own stack is
+	// deaf, so no earlier failure can leave it that way.
+	if err := addIngress(h, podIndex, p.Interface); err != nil {
+		return nil, err
+	}
+	a.onClose(func() error { return delIngress(h, podIndex) })
+	if err := addFilter(h, redirectAll(podIndex, tapIndex), p.Interface); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Close removes the pod interface's qdisc (and so its filter), stops the
+// DHCP server, removes the tap (and so its qdisc and filters), in that
+// order. It leaves the pod interface as Attach found it. A second Close does
+// nothing; errors name what could not be undone.
+func (a *Attachment) Close() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var errs []error
+	for i := len(a.undo) - 1; i >= 0; i-- {
+		if err := a.undo[i](); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	a.undo = nil
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("detaching tap %q from %q: %w", a.tap, a.pod.Interface, err)
+	}
+	return nil
+}
+
+func (a *Attachment) onClose(f func() error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.undo = append(a.undo, f)
+}
+
+func validate(p Pod, tap string) error {
+	switch {
+	case tap == "" || len(tap) >= unix.IFNAMSIZ || filepath.Base(tap) != tap:
+		return fmt.Errorf("tap name %q: want 1 to %d characters, no '/'", tap, unix.IFNAMSIZ-1)
+	case tap == p.Interface:
+		return fmt.Errorf("tap name %q is the pod interface's", tap)
+	case len(p.MAC) != 6:
+		return fmt.Errorf("pod %q: MAC %q is not an Ethernet address", p.Interface, p.MAC)
+	case !p.Addr.IsValid() || !p.Addr.Addr().Is4():
+		return fmt.Errorf("pod %q: no IPv4 address", p.Interface)
+	case !p.Gateway.Is4():
+		return fmt.Errorf("pod %q: no IPv4 gateway", p.Interface)
+	case p.MTU < 68 || p.MTU > 65535:
+		return fmt.Errorf("pod %q: MTU %d out of range", p.Interface, p.MTU)
+	}
+	return nil
+}
+
+// tapSysctls makes the tap a quiet conduit that still hears DHCP rebinds.
+// A rebinding guest broadcasts from the pod IP, which this namespace holds
+// on the pod interface: without accept_local the tap's stack drops it as a
+// martian, and reverse-path filtering would too (the effective rp_filter is
+// the larger of conf/all and conf/<tap>; only the tap's is set here).
+func tapSysctls(tap string) error {
+	for _, s := range []struct{ path, value string }{
+		{"ipv4/conf/" + tap + "/accept_local", "1"},
+		{"ipv4/conf/" + tap + "/rp_filter", "0"},
+		{"ipv6/conf/" + tap + "/disable_ipv6", "1"},
+	} {
+		err := os.WriteFile("/proc/sys/net/"+s.path, []byte(s.value), 0)
+		if errors.Is(err, os.ErrNotExist) && strings.HasPrefix(s.path, "ipv6/") {
+			continue // a kernel without IPv6
+		}
+		if err != nil {
+			return fmt.Errorf("tap %q: sysctl net.%s: %w", tap, strings.ReplaceAll(s.path, "/", "."), err)
+		}
+	}
+	return nil
+}
+
+func ignoreNoLink(err error) error {
+	var notFound netlink.LinkNotFoundError
+	if err == nil || errors.As(err, &notFound) || errors.Is(err, unix.ENODEV) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,148 @@
+package podnet
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Pod is the pod interface as CNI left it, plus what the guest is told
+// besides (DNS, hostname). Inspect fills the interface part; the caller adds
+// DNS (from ResolvConf) and Hostname (the pod name).
+type Pod struct {
+	// Interface is the pod interface's name, usually eth0.
+	Interface string
+	// MAC is the pod interface's address; the guest NIC must use it.
+	MAC net.HardwareAddr
+	MTU int
+	// Addr is the pod IP with its prefix length, e.g. 10.244.0.5/24.
+	Addr netip.Prefix
+	// Gateway is the default route's next hop. It may lie outside Addr's
+	// prefix (a /32 pod IP with an on-link gateway, as Calico does).
+	Gateway netip.Addr
+	// Routes are the interface's IPv4 routes other than the default route
+	// and the kernel's route to Addr's own prefix.
+	Routes []Route
+
+	DNS      DNS
+	Hostname string
+}
+
+// Route is one IPv4 route the guest should have too. Via is invalid (the
+// zero Addr) for a route straight onto the link.
+type Route struct {
+	Dst netip.Prefix
+	Via netip.Addr
+}
+
+// Inspect reads the interface ifname of the current network namespace (see
+// the package comment). It fails, naming the interface, when the interface
+// has no IPv4 address or no IPv4 default route: there would be nothing to
+// hand the guest.
+func Inspect(ifname string) (Pod, error) {
+	link, err := netlink.LinkByName(ifname)
+	if err != nil {
+		return Pod{}, fmt.Errorf("pod interface %q: %w", ifname, err)
+	}
+	attrs := link.Attrs()
+	p := Pod{
+		Interface: ifname,
+		MAC:       append(net.HardwareAddr(nil), attrs.HardwareAddr...),
+		MTU:       attrs.MTU,
+	}
+	if len(p.MAC) != 6 {
+		return Pod{}, fmt.Errorf("pod interface %q: not an Ethernet interface (hardware address %q)", ifname, attrs.HardwareAddr)
+	}
+
+	addrs, err := dump(func() ([]netlink.Addr, error) { return netlink.AddrList(link, unix.AF_INET) })
+	if err != nil {
+		return Pod{}, fmt.Errorf("pod interface %q: listing addresses: %w", ifname, err)
+	}
+	if p.Addr, err = podAddr(addrs); err != nil {
+		return Pod{}, fmt.Errorf("pod interface %q: %w", ifname, err)
+	}
+
+	filter := &netlink.Route{LinkIndex: attrs.Index, Table: unix.RT_TABLE_MAIN}
+	routes, err := dump(func() ([]netlink.Route, error) {
+		return netlink.RouteListFiltered(unix.AF_INET, filter, netlink.RT_FILTER_OIF|netlink.RT_FILTER_TABLE)
+	})
+	if err != nil {
+		return Pod{}, fmt.Errorf("pod interface %q: listing routes: %w", ifname, err)
+	}
+	if p.Gateway, p.Routes, err = podRoutes(routes, p.Addr); err != nil {
+		return Pod{}, fmt.Errorf("pod interface %q: %w", ifname, err)
+	}
+	return p, nil
+}
+
+// podAddr picks the first global IPv4 address (the kernel lists the primary
+// address first; a secondary one is not what CNI assigned).
+func podAddr(addrs []netlink.Addr) (netip.Prefix, error) {
+	for _, a := range addrs {
+		if a.Scope != unix.RT_SCOPE_UNIVERSE || a.Flags&unix.IFA_F_SECONDARY != 0 {
+			continue
+		}
+		ip, ok := netip.AddrFromSlice(a.IP.To4())
+		if !ok {
+			continue
+		}
+		ones, _ := a.Mask.Size()
+		return netip.PrefixFrom(ip, ones), nil
+	}
+	return netip.Prefix{}, errors.New("no IPv4 address (vmpod needs the pod's IPv4 address to hand to the guest)")
+}
+
+// podRoutes splits the interface's routes into the default gateway and the
+// rest, leaving out the kernel's route for the address's own prefix (the
+// guest derives that one from the prefix length itself).
+func podRoutes(routes []netlink.Route, addr netip.Prefix) (netip.Addr, []Route, error) {
+	var gw netip.Addr
+	var others []Route
+	for _, r := range routes {
+		if r.Type != unix.RTN_UNICAST {
+			continue
+		}
+		dst := netip.PrefixFrom(netip.IPv4Unspecified(), 0)
+		if r.Dst != nil {
+			ip, ok := netip.AddrFromSlice(r.Dst.IP.To4())
+			if !ok {
+				continue
+			}
+			ones, _ := r.Dst.Mask.Size()
+			dst = netip.PrefixFrom(ip, ones)
+		}
+		via, _ := netip.AddrFromSlice(r.Gw.To4())
+		switch {
+		case dst.Bits() == 0:
+			if via.IsValid() && !gw.IsValid() {
+				gw = via
+			}
+		case r.Protocol == unix.RTPROT_KERNEL && dst == addr.Masked():
+			// The connected route that comes with the address.
+		default:
+			others = append(others, Route{Dst: dst, Via: via})
+		}
+	}
+	if !gw.IsValid() {
+		return netip.Addr{}, nil, errors.New("no IPv4 default route with a gateway (vmpod hands the guest the pod's default gateway)")
+	}
+	return gw, others, nil
+}
+
+// dump retries a netlink dump the kernel interrupted because the table
+// changed under it (netlink.ErrDumpInterrupted comes with partial results).
+func dump[T any](list func() ([]T, error)) ([]T, error) {
+	var err error
+	for range 5 {
+		var out []T
+		out, err = list()
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return out, err
+		}
+	}
+	return nil, err
+}

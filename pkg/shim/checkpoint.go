@@ -1,0 +1,105 @@
+package shim
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// checkpointVersion is bumped when the checkpoint's meaning changes; a
+// reader refuses versions it does not know rather than guess.
+const checkpointVersion = 1
+
+// checkpoint is what a task leaves on disk so that the `delete` command
+// can clean up after a shim that died: everything it must undo.
+type checkpoint struct {
+	Version int    `json:"version"`
+	ID      string `json:"id"`
+	Kind    string `json:"kind"` // "sandbox" or "vm"
+	Bundle  string `json:"bundle"`
+	PodDir  string `json:"podDir"`
+	// For a VM:
+	Domain  string   `json:"domain,omitempty"`
+	Netns   string   `json:"netns,omitempty"`
+	Tap     string   `json:"tap,omitempty"`
+	PodIf   string   `json:"podIf,omitempty"`
+	Rootfs  string   `json:"rootfs,omitempty"`
+	Cgroup  string   `json:"cgroup,omitempty"`
+	Devices []string `json:"devices,omitempty"`
+}
+
+func checkpointPath(podDir, id string) string {
+	return filepath.Join(podDir, "tasks", id+".json")
+}
+
+// save writes the checkpoint atomically: a temp file, fsync, rename, so a
+// reader sees the old one or the new one, never a torn one.
+func (c checkpoint) save() (retErr error) {
+	c.Version = checkpointVersion
+	path := checkpointPath(c.PodDir, c.ID)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	data, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if retErr != nil {
+			os.Remove(f.Name())
+		}
+	}()
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
+
+func loadCheckpoint(podDir, id string) (checkpoint, error) {
+	var c checkpoint
+	data, err := os.ReadFile(checkpointPath(podDir, id))
+	if err != nil {
+		return c, err
+	}
+	if err := json.Unmarshal(data, &c); err != nil {
+		return c, fmt.Errorf("checkpoint %s: %w", id, err)
+	}
+	if c.Version != checkpointVersion {
+		return c, fmt.Errorf("checkpoint %s: version %d, want %d", id, c.Version, checkpointVersion)
+	}
+	return c, nil
+}
+
+func removeCheckpoint(podDir, id string) error {
+	err := os.Remove(checkpointPath(podDir, id))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// remainingTasks lists the tasks of a pod that still have checkpoints.
+func remainingTasks(podDir string) []string {
+	entries, _ := os.ReadDir(filepath.Join(podDir, "tasks"))
+	var ids []string
+	for _, e := range entries {
+		if filepath.Ext(e.Name()) == ".json" {
+			ids = append(ids, e.Name()[:len(e.Name())-len(".json")])
+		}
+	}
+	return ids
+}

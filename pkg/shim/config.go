@@ -1,0 +1,36 @@
+package shim
+
+import (
+	"os"
+	"path/filepath"
+)
+
+// Config is where the shim keeps things. containerd starts shims with its
+// own environment, so these come from containerd's environment.
+type Config struct {
+	// StateRoot holds one dir per pod ($VMPOD_STATE_ROOT, /run/vmpod).
+	StateRoot string
+	// CapsCache is the node-wide warm copy of libvirt's QEMU capabilities
+	// ($VMPOD_CAPS_CACHE, /var/cache/vmpod/qemu-capabilities).
+	CapsCache string
+}
+
+// ConfigFromEnv reads the Config from the environment.
+func ConfigFromEnv() Config {
+	return Config{StateRoot: os.Getenv("VMPOD_STATE_ROOT"), CapsCache: os.Getenv("VMPOD_CAPS_CACHE")}.withDefaults()
+}
+
+func (c Config) withDefaults() Config {
+	if c.StateRoot == "" {
+		c.StateRoot = "/run/vmpod"
+	}
+	if c.CapsCache == "" {
+		c.CapsCache = "/var/cache/vmpod/qemu-capabilities"
+	}
+	return c
+}
+
+// podDir is the state dir of the pod whose sandbox is sandboxID.
+func (c Config) podDir(sandboxID string) string {
+	return filepath.Join(c.StateRoot, "pods", sandboxID)
+}

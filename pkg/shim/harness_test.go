@@ -1,0 +1,363 @@
+package shim_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	bootapi "github.com/containerd/containerd/api/runtime/bootstrap/v1"
+	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
+	eventsapi "github.com/containerd/containerd/api/services/ttrpc/events/v1"
+	"github.com/containerd/ttrpc"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/vmpod/vmpod/pkg/vmspec"
+)
+
+// shimBinary is vm-runtime, built once, linked as containerd-shim-vmpod-v2.
+var shimBinary struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+func buildShim(t *testing.T) string {
+	t.Helper()
+	shimBinary.once.Do(func() {
+		dir, err := os.MkdirTemp("", "vmpod-shim-bin-")
+		if err != nil {
+			shimBinary.err = err
+			return
+		}
+		atExit = append(atExit, func() { os.RemoveAll(dir) })
+		bin := filepath.Join(dir, "vm-runtime")
+		if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/vm-runtime").CombinedOutput(); err != nil {
+			shimBinary.err = fmt.Errorf("build vm-runtime: %v\n%s", err, out)
+			return
+		}
+		shimBinary.path = filepath.Join(dir, "containerd-shim-vmpod-v2")
+		shimBinary.err = os.Symlink(bin, shimBinary.path)
+	})
+	if shimBinary.err != nil {
+		t.Fatal(shimBinary.err)
+	}
+	return shimBinary.path
+}
+
+var atExit []func()
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for _, f := range atExit {
+		f()
+	}
+	os.Exit(code)
+}
+
+// fakeContainerd is what a shim talks back to: containerd's ttrpc events
+// service. It records every event.
+type fakeContainerd struct {
+	addr   string
+	server *ttrpc.Server
+	mu     sync.Mutex
+	topics []string
+}
+
+func startFakeContainerd(t *testing.T, dir string) *fakeContainerd {
+	t.Helper()
+	f := &fakeContainerd{addr: filepath.Join(dir, "containerd.ttrpc")}
+	l, err := net.Listen("unix", f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.server, err = ttrpc.NewServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventsapi.RegisterTTRPCEventsService(f.server, f)
+	go func() { _ = f.server.Serve(context.Background(), l) }()
+	t.Cleanup(func() { f.server.Close() })
+	return f
+}
+
+func (f *fakeContainerd) Forward(ctx context.Context, r *eventsapi.ForwardRequest) (*emptypb.Empty, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.topics = append(f.topics, r.Envelope.Topic)
+	return &emptypb.Empty{}, nil
+}
+
+func (f *fakeContainerd) seen(topic string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, t := range f.topics {
+		if t == topic {
+			return true
+		}
+	}
+	return false
+}
+
+// shimEnv is the environment containerd would give the shim.
+type shimEnv struct {
+	bin, state, containerd string
+}
+
+func (e shimEnv) environ() []string {
+	return append(os.Environ(), "TTRPC_ADDRESS="+e.containerd, "VMPOD_STATE_ROOT="+e.state,
+		"VMPOD_CAPS_CACHE="+filepath.Join(e.state, "caps"))
+}
+
+// bootstrap runs the shim's start command in bundle, as containerd does,
+// and returns the ttrpc address of the pod's shim.
+func (e shimEnv) start(t *testing.T, id, bundle string) string {
+	t.Helper()
+	params, err := proto.Marshal(&bootapi.BootstrapParams{
+		InstanceID: id, Namespace: "k8s.io",
+		ContainerdGrpcAddress: filepath.Join(e.state, "containerd.sock"), ContainerdTtrpcAddress: e.containerd,
+		ContainerdBinary: "containerd", LogLevel: bootapi.LogLevel_LOG_LEVEL_DEBUG,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(e.bin, "-namespace", "k8s.io", "-id", id, "-address", filepath.Join(e.state, "containerd.sock"), "start")
+	cmd.Dir, cmd.Env, cmd.Stdin = bundle, e.environ(), strings.NewReader(string(params))
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("shim start: %v: %s", err, stderrOf(err))
+	}
+	var res bootapi.BootstrapResult
+	if err := proto.Unmarshal(out, &res); err != nil {
+		t.Fatalf("shim start output: %v", err)
+	}
+	return res.Address
+}
+
+// delete runs the shim's delete command for task id, as containerd does
+// after every task delete and after a shim died.
+func (e shimEnv) delete(t *testing.T, id, bundle string) *taskAPI.DeleteResponse {
+	t.Helper()
+	cmd := exec.Command(e.bin, "-namespace", "k8s.io", "-id", id, "-address", filepath.Join(e.state, "containerd.sock"), "delete")
+	cmd.Dir, cmd.Env = bundle, e.environ()
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("shim delete %s: %v: %s", id, err, stderrOf(err))
+	}
+	var res taskAPI.DeleteResponse
+	if err := proto.Unmarshal(out, &res); err != nil {
+		t.Fatalf("shim delete output: %v", err)
+	}
+	return &res
+}
+
+func stderrOf(err error) string {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return string(ee.Stderr)
+	}
+	return ""
+}
+
+func dial(t *testing.T, addr string) taskAPI.TTRPCTaskService {
+	t.Helper()
+	conn, err := net.Dial("unix", strings.TrimPrefix(addr, "unix://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := ttrpc.NewClient(conn)
+	t.Cleanup(func() { c.Close() })
+	return taskAPI.NewTTRPCTaskClient(c)
+}
+
+// writeBundle writes config.json for a task as containerd's CRI plugin
+// would.
+func writeBundle(t *testing.T, dir string, s *specs.Spec) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pod is one test pod: ids, bundles and annotations like containerd's.
+type testPod struct {
+	sandboxID, vmID string
+	sandboxBundle   string
+	vmBundle        string
+	cgroupParent    string // the pod-level cgroup, cgroupfs path
+}
+
+func sandboxSpec(p testPod, netns string, extra map[string]string) *specs.Spec {
+	ann := map[string]string{
+		vmspec.CRIContainerType: vmspec.CRIContainerTypeSbx, vmspec.CRISandboxID: p.sandboxID,
+		vmspec.CRISandboxName: "web", vmspec.CRISandboxNamespace: "default", vmspec.CRISandboxUID: "uid-1",
+	}
+	for k, v := range extra {
+		ann[k] = v
+	}
+	return &specs.Spec{
+		Version: specs.Version, Annotations: ann, Root: &specs.Root{Path: "rootfs"},
+		Linux: &specs.Linux{
+			CgroupsPath: p.cgroupParent + "/" + p.sandboxID,
+			Namespaces:  []specs.LinuxNamespace{{Type: specs.NetworkNamespace, Path: netns}},
+		},
+	}
+}
+
+func vmSpec(p testPod, netns, memory string, extra map[string]string) *specs.Spec {
+	s := sandboxSpec(p, netns, extra)
+	s.Annotations[vmspec.CRIContainerType] = vmspec.CRIContainerTypeCntr
+	s.Annotations[vmspec.CRIContainerName] = "vm"
+	s.Annotations[vmspec.CRIImageName] = "localhost/vmpod/test-guest:v1"
+	s.Linux.CgroupsPath = p.cgroupParent + "/" + p.vmID
+	quota, period := int64(100000), uint64(100000)
+	mem := int64(256 << 20)
+	if memory != "" {
+		fmt.Sscan(memory, &mem)
+	}
+	s.Linux.Resources = &specs.LinuxResources{
+		CPU: &specs.LinuxCPU{Quota: &quota, Period: &period}, Memory: &specs.LinuxMemory{Limit: &mem},
+	}
+	s.Mounts = []specs.Mount{{Destination: "/etc/resolv.conf", Source: "/dev/null", Type: "bind"}}
+	return s
+}
+
+// fifo makes a FIFO and opens its read side, as containerd's cio does.
+func fifo(t *testing.T, path string) *os.File {
+	t.Helper()
+	if err := unix.Mkfifo(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+// inNetns runs f on a thread in the network namespace at path.
+func inNetns(t *testing.T, path string, f func() error) error {
+	t.Helper()
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		// The thread is not unlocked: Go ends it with the goroutine, so
+		// no other goroutine ever runs in the wrong namespace.
+		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer unix.Close(fd)
+		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			errc <- err
+			return
+		}
+		errc <- f()
+	}()
+	return <-errc
+}
+
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// network makes a node netns and a pod netns joined by a veth: pod eth0
+// 10.99.0.5/24 with the node's end 10.99.0.1 as its gateway. Both are
+// removed when the test ends.
+func network(t *testing.T) (nodeNS, podNS, podIP string) {
+	t.Helper()
+	tag := fmt.Sprintf("vmpodt%d", os.Getpid()%100000)
+	node, pod := tag+"n", tag+"p"
+	run(t, "ip", "netns", "add", node)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", node).Run() })
+	run(t, "ip", "netns", "add", pod)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", pod).Run() })
+	run(t, "ip", "-n", node, "link", "add", "veth0", "type", "veth", "peer", "name", "eth0", "netns", pod)
+	run(t, "ip", "-n", node, "addr", "add", "10.99.0.1/24", "dev", "veth0")
+	run(t, "ip", "-n", node, "link", "set", "veth0", "up")
+	run(t, "ip", "-n", node, "link", "set", "lo", "up")
+	run(t, "ip", "-n", pod, "addr", "add", "10.99.0.5/24", "dev", "eth0")
+	run(t, "ip", "-n", pod, "link", "set", "eth0", "up")
+	run(t, "ip", "-n", pod, "link", "set", "lo", "up")
+	run(t, "ip", "-n", pod, "route", "add", "default", "via", "10.99.0.1")
+	return "/run/netns/" + node, "/run/netns/" + pod, "10.99.0.5"
+}
+
+// cgroupParent makes a pod-level cgroup in every v1 hierarchy, like the
+// kubelet's, and removes what is left under it when the test ends.
+func cgroupParent(t *testing.T) string {
+	t.Helper()
+	parent := fmt.Sprintf("/vmpod-test-%d/podtest", os.Getpid())
+	t.Cleanup(func() {
+		ctrls, _ := filepath.Glob("/sys/fs/cgroup/*")
+		for _, c := range ctrls {
+			top := filepath.Join(c, filepath.Dir(parent))
+			// Remove bottom-up; rmdir fails on a cgroup that still has tasks.
+			var dirs []string
+			_ = filepath.WalkDir(top, func(p string, d os.DirEntry, err error) error {
+				if err == nil && d.IsDir() {
+					dirs = append(dirs, p)
+				}
+				return nil
+			})
+			for i := len(dirs) - 1; i >= 0; i-- {
+				_ = os.Remove(dirs[i])
+			}
+		}
+	})
+	return parent
+}
+
+// cgroupDirs lists the cgroup dirs below the pod-level cgroup.
+func cgroupDirs(parent string) []string {
+	var found []string
+	ctrls, _ := filepath.Glob("/sys/fs/cgroup/*")
+	for _, c := range ctrls {
+		entries, _ := os.ReadDir(filepath.Join(c, parent))
+		for _, e := range entries {
+			if e.IsDir() {
+				found = append(found, filepath.Join(c, parent, e.Name()))
+			}
+		}
+	}
+	return found
+}
+
+func alive(pid int) bool { return pid > 0 && syscall.Kill(pid, 0) == nil }
+
+func waitGone(pid int, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for alive(pid) && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	return !alive(pid)
+}
+
+func strconvItoa(i int) string { return fmt.Sprint(i) }

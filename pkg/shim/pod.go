@@ -1,0 +1,77 @@
+package shim
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+
+	"github.com/vmpod/vmpod/pkg/host"
+	"github.com/vmpod/vmpod/pkg/node"
+	"github.com/vmpod/vmpod/pkg/virt/libvirt"
+	"github.com/vmpod/vmpod/pkg/vm"
+)
+
+// pod is what the sandbox task holds: the pod's state dir and the embedded
+// libvirt opened in it. libvirt is opened on first need (the VM task's
+// Create), since opening probes QEMU.
+type pod struct {
+	id     string
+	dir    string
+	cfg    Config
+	netns  string // the pod network namespace this shim runs in; "" if none
+	cgroup string // the pod-level cgroup (cgroupfs path), "" if unknown
+
+	once sync.Once
+	conn *libvirt.Conn
+	rt   *vm.Runtime
+	host host.Host
+	err  error
+}
+
+func newPod(cfg Config, sandboxID, cgroup string) (*pod, error) {
+	dir := cfg.podDir(sandboxID)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("pod state dir: %v: %w", err, errdefs.ErrInternal)
+	}
+	return &pod{id: sandboxID, dir: dir, cfg: cfg, netns: os.Getenv(netnsEnv), cgroup: cgroup}, nil
+}
+
+// layout is where the pod's VM keeps its files.
+func (p *pod) layout() vm.Layout { return vm.Layout{Dir: p.dir} }
+
+// hypervisor opens the embedded libvirt driver in the pod's state dir,
+// once. libvirt makes no cgroups: QEMU stays in the shim's cgroup (the
+// pod's) until the VM task moves it into its own.
+func (p *pod) hypervisor(ctx context.Context) (*vm.Runtime, host.Host, error) {
+	p.once.Do(func() {
+		p.conn, p.err = libvirt.OpenEmbedded(ctx, p.layout().Libvirt(),
+			libvirt.EmbedOptions{CacheDir: p.cfg.CapsCache, NoCgroups: true})
+		if p.err != nil {
+			return
+		}
+		p.rt = vm.NewRuntime(p.conn)
+		p.host, p.err = node.Host(ctx, p.conn)
+	})
+	return p.rt, p.host, p.err
+}
+
+// close closes libvirt; running QEMUs keep running.
+func (p *pod) close() {
+	if p.conn != nil {
+		if err := p.conn.Close(); err != nil {
+			log.L.WithError(err).Warn("close libvirt")
+		}
+	}
+}
+
+// remove deletes the pod's state dir, which holds the libvirt root: call
+// it only when no VM of the pod runs.
+func (p *pod) remove() error {
+	p.close()
+	return os.RemoveAll(filepath.Clean(p.dir))
+}

@@ -1,0 +1,24 @@
+package shim
+
+import (
+	"context"
+
+	"github.com/containerd/containerd/v2/pkg/shim"
+)
+
+// Run is the shim's main: containerd's shim bootstrap (start, delete, and
+// the long-lived server) with vmpod's manager and task service. args are
+// the shim's flags and action, without the program name.
+func Run(argv0 string, args []string) {
+	cfg := ConfigFromEnv()
+	Register(cfg)
+	// containerd's shim package parses os.Args itself.
+	setArgs(argv0, args)
+	shim.RunShim(context.Background(), NewManager(cfg), func(c *shim.Config) {
+		// QEMU is libvirt's child and libvirt waits for it; a reaper in
+		// this process would steal those exit statuses. Without a
+		// subreaper an orphaned QEMU goes to init, as after a shim crash.
+		c.NoSubreaper = true
+		c.NoReaper = true
+	})
+}

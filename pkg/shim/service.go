@@ -1,0 +1,366 @@
+package shim
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+
+	eventstypes "github.com/containerd/containerd/api/events"
+	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
+	tasktypes "github.com/containerd/containerd/api/types/task"
+	"github.com/containerd/containerd/v2/core/runtime"
+	"github.com/containerd/containerd/v2/pkg/protobuf"
+	"github.com/containerd/containerd/v2/pkg/shim"
+	"github.com/containerd/containerd/v2/pkg/shutdown"
+	"github.com/containerd/containerd/v2/plugins"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	"github.com/containerd/plugin"
+	"github.com/containerd/plugin/registry"
+	"github.com/containerd/ttrpc"
+	"google.golang.org/protobuf/types/known/emptypb"
+)
+
+// Register adds the task service to the shim's plugins; call it before
+// shim.RunShim.
+func Register(cfg Config) {
+	registry.Register(&plugin.Registration{
+		Type:     plugins.TTRPCPlugin,
+		ID:       "task",
+		Requires: []plugin.Type{plugins.EventPlugin, plugins.InternalPlugin},
+		InitFn: func(ic *plugin.InitContext) (any, error) {
+			pp, err := ic.GetByID(plugins.EventPlugin, "publisher")
+			if err != nil {
+				return nil, err
+			}
+			sd, err := ic.GetByID(plugins.InternalPlugin, "shutdown")
+			if err != nil {
+				return nil, err
+			}
+			return newService(ic.Context, cfg.withDefaults(), pp.(shim.Publisher), sd.(shutdown.Service)), nil
+		},
+	})
+}
+
+// service is the task API of one pod's shim.
+type service struct {
+	ctx       context.Context // namespaced; events are published with it
+	cfg       Config
+	publisher shim.Publisher
+	shutdown  shutdown.Service
+
+	mu    sync.Mutex
+	tasks map[string]*task
+	pod   *pod // made by the first Create
+}
+
+var (
+	_ taskAPI.TTRPCTaskService      = (*service)(nil)
+	_ shim.TTRPCService             = (*service)(nil)
+	_ shim.TTRPCServerUnaryOptioner = (*service)(nil)
+)
+
+func newService(ctx context.Context, cfg Config, p shim.Publisher, sd shutdown.Service) *service {
+	s := &service{ctx: ctx, cfg: cfg, publisher: p, shutdown: sd, tasks: map[string]*task{}}
+	sd.RegisterCallback(func(context.Context) error {
+		if address, err := shim.ReadAddress("address"); err == nil {
+			_ = shim.RemoveSocket(address)
+		}
+		return nil
+	})
+	return s
+}
+
+// RegisterTTRPC serves the task API.
+func (s *service) RegisterTTRPC(server *ttrpc.Server) error {
+	taskAPI.RegisterTTRPCTaskService(server, s)
+	return nil
+}
+
+// UnaryServerInterceptor maps errors to status codes for every call.
+func (s *service) UnaryServerInterceptor() ttrpc.UnaryServerInterceptor { return errorInterceptor }
+
+// publish sends an event to containerd. A failure is logged: containerd
+// also learns task state by asking.
+func (s *service) publish(event any) {
+	ctx := context.WithoutCancel(s.ctx)
+	if err := s.publisher.Publish(ctx, runtime.GetTopic(event), event); err != nil {
+		log.G(ctx).WithError(err).Warnf("publish %T", event)
+	}
+}
+
+func (s *service) get(id string) (*task, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.tasks[id]
+	if !ok {
+		return nil, fmt.Errorf("task %s: %w", id, errdefs.ErrNotFound)
+	}
+	return t, nil
+}
+
+func (s *service) State(ctx context.Context, r *taskAPI.StateRequest) (*taskAPI.StateResponse, error) {
+	t, err := s.get(r.ID)
+	if err != nil || t == nil {
+		return nil, notReady(r.ID, err)
+	}
+	if r.ExecID != "" {
+		return nil, execNotSupported()
+	}
+	st := t.st.get()
+	return &taskAPI.StateResponse{
+		ID: r.ID, Bundle: t.bundle, Pid: st.Pid, Status: apiStatus(st.Status),
+		Stdin: t.io.stdin, Stdout: t.io.stdout, Stderr: t.io.stderr, Terminal: t.io.terminal,
+		ExitStatus: st.ExitStatus, ExitedAt: protobuf.ToTimestamp(st.ExitedAt),
+	}, nil
+}
+
+func apiStatus(s Status) tasktypes.Status {
+	switch s {
+	case StatusCreated:
+		return tasktypes.Status_CREATED
+	case StatusRunning:
+		return tasktypes.Status_RUNNING
+	case StatusPaused:
+		return tasktypes.Status_PAUSED
+	case StatusStopped:
+		return tasktypes.Status_STOPPED
+	default:
+		return tasktypes.Status_UNKNOWN
+	}
+}
+
+func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*taskAPI.CreateTaskResponse, error) {
+	s.mu.Lock()
+	if _, ok := s.tasks[r.ID]; ok {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("task %s: %w", r.ID, errdefs.ErrAlreadyExists)
+	}
+	// Reserve the id; the slow work happens without the lock.
+	s.tasks[r.ID] = nil
+	s.mu.Unlock()
+
+	t, err := s.create(ctx, r)
+	s.mu.Lock()
+	if err != nil {
+		delete(s.tasks, r.ID)
+	} else {
+		s.tasks[r.ID] = t
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	s.publish(&eventstypes.TaskCreate{
+		ContainerID: r.ID, Bundle: r.Bundle, Rootfs: r.Rootfs,
+		IO:  &eventstypes.TaskIO{Stdin: r.Stdin, Stdout: r.Stdout, Stderr: r.Stderr, Terminal: r.Terminal},
+		Pid: t.st.get().Pid,
+	})
+	return &taskAPI.CreateTaskResponse{Pid: t.st.get().Pid}, nil
+}
+
+func (s *service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.StartResponse, error) {
+	t, err := s.get(r.ID)
+	if err != nil || t == nil {
+		return nil, notReady(r.ID, err)
+	}
+	if r.ExecID != "" {
+		return nil, execNotSupported()
+	}
+	pid, err := t.start(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.publish(&eventstypes.TaskStart{ContainerID: r.ID, Pid: pid})
+	return &taskAPI.StartResponse{Pid: pid}, nil
+}
+
+func (s *service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAPI.DeleteResponse, error) {
+	t, err := s.get(r.ID)
+	if err != nil || t == nil {
+		return nil, notReady(r.ID, err)
+	}
+	if r.ExecID != "" {
+		return nil, execNotSupported()
+	}
+	if t.kind == kindSandbox && s.vmTaskLeft(r.ID) {
+		return nil, fmt.Errorf("sandbox %s: delete the VM task first: %w", r.ID, errdefs.ErrFailedPrecondition)
+	}
+	st, err := t.delete(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	delete(s.tasks, r.ID)
+	s.mu.Unlock()
+	s.publish(&eventstypes.TaskDelete{
+		ContainerID: r.ID, Pid: st.Pid, ExitStatus: st.ExitStatus, ExitedAt: protobuf.ToTimestamp(st.ExitedAt),
+	})
+	return &taskAPI.DeleteResponse{Pid: st.Pid, ExitStatus: st.ExitStatus, ExitedAt: protobuf.ToTimestamp(st.ExitedAt)}, nil
+}
+
+func (s *service) vmTaskLeft(sandboxID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, t := range s.tasks {
+		if id != sandboxID && (t == nil || t.kind == kindVM) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *service) Pids(ctx context.Context, r *taskAPI.PidsRequest) (*taskAPI.PidsResponse, error) {
+	t, err := s.get(r.ID)
+	if err != nil || t == nil {
+		return nil, notReady(r.ID, err)
+	}
+	resp := &taskAPI.PidsResponse{}
+	if pid := t.st.get().Pid; pid != 0 {
+		resp.Processes = append(resp.Processes, &tasktypes.ProcessInfo{Pid: pid})
+	}
+	return resp, nil
+}
+
+func (s *service) Pause(ctx context.Context, r *taskAPI.PauseRequest) (*emptypb.Empty, error) {
+	t, err := s.get(r.ID)
+	if err != nil || t == nil {
+		return nil, notReady(r.ID, err)
+	}
+	if err := t.pause(ctx); err != nil {
+		return nil, err
+	}
+	s.publish(&eventstypes.TaskPaused{ContainerID: r.ID})
+	return &emptypb.Empty{}, nil
+}
+
+func (s *service) Resume(ctx context.Context, r *taskAPI.ResumeRequest) (*emptypb.Empty, error) {
+	t, err := s.get(r.ID)
+	if err != nil || t == nil {
+		return nil, notReady(r.ID, err)
+	}
+	if err := t.resume(ctx); err != nil {
+		return nil, err
+	}
+	s.publish(&eventstypes.TaskResumed{ContainerID: r.ID})
+	return &emptypb.Empty{}, nil
+}
+
+func (s *service) Checkpoint(ctx context.Context, r *taskAPI.CheckpointTaskRequest) (*emptypb.Empty, error) {
+	return nil, fmt.Errorf("checkpointing a VM task: %w", errdefs.ErrNotImplemented)
+}
+
+func (s *service) Kill(ctx context.Context, r *taskAPI.KillRequest) (*emptypb.Empty, error) {
+	t, err := s.get(r.ID)
+	if err != nil || t == nil {
+		return nil, notReady(r.ID, err)
+	}
+	if r.ExecID != "" {
+		return nil, execNotSupported()
+	}
+	if err := t.kill(ctx, r.Signal); err != nil {
+		return nil, err
+	}
+	return &emptypb.Empty{}, nil
+}
+
+func (s *service) Exec(ctx context.Context, r *taskAPI.ExecProcessRequest) (*emptypb.Empty, error) {
+	return nil, execNotSupported()
+}
+
+func execNotSupported() error {
+	return fmt.Errorf("running a command in a VM (kubectl exec) is not supported yet; it needs the QEMU guest agent: %w", errdefs.ErrNotImplemented)
+}
+
+// ResizePty is accepted and ignored: a serial console has no window size.
+func (s *service) ResizePty(ctx context.Context, r *taskAPI.ResizePtyRequest) (*emptypb.Empty, error) {
+	if _, err := s.get(r.ID); err != nil {
+		return nil, err
+	}
+	return &emptypb.Empty{}, nil
+}
+
+func (s *service) CloseIO(ctx context.Context, r *taskAPI.CloseIORequest) (*emptypb.Empty, error) {
+	t, err := s.get(r.ID)
+	if err != nil || t == nil {
+		return nil, notReady(r.ID, err)
+	}
+	if t.vm != nil && r.Stdin {
+		t.vm.console.closeStdin()
+	}
+	return &emptypb.Empty{}, nil
+}
+
+func (s *service) Update(ctx context.Context, r *taskAPI.UpdateTaskRequest) (*emptypb.Empty, error) {
+	t, err := s.get(r.ID)
+	if err != nil || t == nil {
+		return nil, notReady(r.ID, err)
+	}
+	if t.kind == kindSandbox {
+		return &emptypb.Empty{}, nil // pod-level limits are the kubelet's, on the pod cgroup
+	}
+	return nil, fmt.Errorf("task %s: a running VM's vCPUs and memory cannot change; recreate the pod with new limits: %w",
+		r.ID, errdefs.ErrNotImplemented)
+}
+
+func (s *service) Wait(ctx context.Context, r *taskAPI.WaitRequest) (*taskAPI.WaitResponse, error) {
+	t, err := s.get(r.ID)
+	if err != nil || t == nil {
+		return nil, notReady(r.ID, err)
+	}
+	if r.ExecID != "" {
+		return nil, execNotSupported()
+	}
+	select {
+	case <-t.st.exited:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	st := t.st.get()
+	return &taskAPI.WaitResponse{ExitStatus: st.ExitStatus, ExitedAt: protobuf.ToTimestamp(st.ExitedAt)}, nil
+}
+
+func (s *service) Stats(ctx context.Context, r *taskAPI.StatsRequest) (*taskAPI.StatsResponse, error) {
+	t, err := s.get(r.ID)
+	if err != nil || t == nil {
+		return nil, notReady(r.ID, err)
+	}
+	data, err := t.stats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &taskAPI.StatsResponse{Stats: data}, nil
+}
+
+func (s *service) Connect(ctx context.Context, r *taskAPI.ConnectRequest) (*taskAPI.ConnectResponse, error) {
+	resp := &taskAPI.ConnectResponse{ShimPid: uint32(os.Getpid())}
+	if t, err := s.get(r.ID); err == nil && t != nil {
+		resp.TaskPid = t.st.get().Pid
+	}
+	return resp, nil
+}
+
+// Shutdown ends the shim once its pod has no tasks left; containerd calls
+// it after every Delete.
+func (s *service) Shutdown(ctx context.Context, r *taskAPI.ShutdownRequest) (*emptypb.Empty, error) {
+	s.mu.Lock()
+	n := len(s.tasks)
+	p := s.pod
+	s.mu.Unlock()
+	if n > 0 {
+		return &emptypb.Empty{}, nil
+	}
+	if p != nil {
+		p.close()
+	}
+	s.shutdown.Shutdown()
+	return &emptypb.Empty{}, nil
+}
+
+func notReady(id string, err error) error {
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("task %s is being created: %w", id, errdefs.ErrFailedPrecondition)
+}

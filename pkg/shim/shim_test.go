@@ -1,0 +1,295 @@
+package shim_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
+	"github.com/containerd/containerd/api/types/task"
+
+	"github.com/vmpod/vmpod/internal/testguest"
+)
+
+// serial collects what the shim writes to the task's stdout FIFO.
+type serial struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func readSerial(f *os.File, deadline time.Time) *serial {
+	s := &serial{}
+	go func() {
+		r := bufio.NewReader(f)
+		for time.Now().Before(deadline) {
+			line, err := r.ReadString('\n')
+			if line != "" {
+				s.mu.Lock()
+				s.lines = append(s.lines, strings.TrimRight(line, "\n"))
+				s.mu.Unlock()
+			}
+			if errors.Is(err, io.EOF) {
+				time.Sleep(50 * time.Millisecond) // no writer yet, or it closed
+			} else if err != nil {
+				return
+			}
+		}
+	}()
+	return s
+}
+
+func (s *serial) waitFor(t *testing.T, marker string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if s.has(marker) {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t.Fatalf("no %q on the serial console within %v; got:\n%s", marker, timeout, strings.Join(s.lines, "\n"))
+}
+
+func (s *serial) has(marker string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range s.lines {
+		if strings.Contains(l, marker) {
+			return true
+		}
+	}
+	return false
+}
+
+// podEnv is one pod run by the shim as containerd would run it.
+type podEnv struct {
+	env       shimEnv
+	fc        *fakeContainerd
+	p         testPod
+	nodeNS    string
+	podNS     string
+	podIP     string
+	stdout    *serial
+	startedAt time.Time
+}
+
+func newPodEnv(t *testing.T) *podEnv {
+	t.Helper()
+	// Short: unix socket paths must stay under 108 bytes.
+	dir, err := os.MkdirTemp("/tmp", "vmpod-shim-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	e := &podEnv{}
+	e.fc = startFakeContainerd(t, dir)
+	e.env = shimEnv{bin: buildShim(t), state: filepath.Join(dir, "state"), containerd: e.fc.addr}
+	e.nodeNS, e.podNS, e.podIP = network(t)
+	e.p = testPod{
+		sandboxID: "sbx0123", vmID: "vm4567",
+		sandboxBundle: filepath.Join(dir, "bundles", "sbx0123"), vmBundle: filepath.Join(dir, "bundles", "vm4567"),
+		cgroupParent: cgroupParent(t),
+	}
+	writeBundle(t, e.p.sandboxBundle, sandboxSpec(e.p, e.podNS, nil))
+	// containerd reads the shim's log from a FIFO named log in the bundle
+	// the shim started in; show it when the test fails.
+	shimLog := readSerial(fifo(t, filepath.Join(e.p.sandboxBundle, "log")), time.Now().Add(5*time.Minute))
+	t.Cleanup(func() {
+		if t.Failed() {
+			shimLog.mu.Lock()
+			t.Logf("shim log:\n%s", strings.Join(shimLog.lines, "\n"))
+			shimLog.mu.Unlock()
+		}
+	})
+	writeBundle(t, e.p.vmBundle, vmSpec(e.p, e.podNS, "", nil))
+	testguest.Rootfs(t, e.p.vmBundle)
+	return e
+}
+
+// runPod does what containerd does to start a pod whose container is the
+// VM: bootstrap, sandbox Create/Start, VM Create/Start.
+func (e *podEnv) runPod(t *testing.T, ctx context.Context) (taskAPI.TTRPCTaskService, uint32) {
+	t.Helper()
+	addr := e.env.start(t, e.p.sandboxID, e.p.sandboxBundle)
+	c := dial(t, addr)
+	if _, err := c.Create(ctx, &taskAPI.CreateTaskRequest{ID: e.p.sandboxID, Bundle: e.p.sandboxBundle}); err != nil {
+		t.Fatalf("create sandbox: %v", err)
+	}
+	if _, err := c.Start(ctx, &taskAPI.StartRequest{ID: e.p.sandboxID}); err != nil {
+		t.Fatalf("start sandbox: %v", err)
+	}
+	// The VM task goes to the same shim, as containerd groups by sandbox id.
+	if again := e.env.start(t, e.p.vmID, e.p.vmBundle); again != addr {
+		t.Fatalf("second task got shim %s, want the pod's %s", again, addr)
+	}
+	stdout := filepath.Join(e.p.vmBundle, "stdout")
+	f := fifo(t, stdout)
+	e.stdout = readSerial(f, time.Now().Add(4*time.Minute))
+	if _, err := c.Create(ctx, &taskAPI.CreateTaskRequest{ID: e.p.vmID, Bundle: e.p.vmBundle, Stdout: stdout}); err != nil {
+		t.Fatalf("create VM: %v", err)
+	}
+	e.startedAt = time.Now()
+	resp, err := c.Start(ctx, &taskAPI.StartRequest{ID: e.p.vmID})
+	if err != nil {
+		t.Fatalf("start VM: %v", err)
+	}
+	return c, resp.Pid
+}
+
+// TestShimRunsVMPod plays containerd against the real shim binary: a pod
+// whose container is the test guest boots in a network namespace the test
+// made, answers HTTP on the pod IP, powers off on SIGTERM with exit status
+// 0, and leaves nothing behind.
+func TestShimRunsVMPod(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	e := newPodEnv(t)
+	c, qemuPID := e.runPod(t, ctx)
+	t.Cleanup(func() {
+		if alive(int(qemuPID)) {
+			syscall.Kill(int(qemuPID), syscall.SIGKILL)
+		}
+	})
+
+	st, err := c.State(ctx, &taskAPI.StateRequest{ID: e.p.vmID})
+	if err != nil || st.Status != task.Status_RUNNING || st.Pid != qemuPID {
+		t.Fatalf("State = %v, %v; want running with pid %d", st, err, qemuPID)
+	}
+	e.stdout.waitFor(t, "VMPOD-GUEST: init", 2*time.Minute)
+	t.Logf("StartContainer -> first serial line: %v", time.Since(e.startedAt).Round(time.Millisecond))
+	e.stdout.waitFor(t, "VMPOD-GUEST: ip "+e.podIP+"/24", time.Minute)
+	e.stdout.waitFor(t, "VMPOD-GUEST: ready", time.Minute)
+
+	// QEMU runs in the VM container's cgroup, under the pod's.
+	cg, err := os.ReadFile("/proc/" + itoa(int(qemuPID)) + "/cgroup")
+	if err != nil || !strings.Contains(string(cg), e.p.cgroupParent+"/"+e.p.vmID) {
+		t.Errorf("QEMU cgroups %q (%v), want %s/%s", cg, err, e.p.cgroupParent, e.p.vmID)
+	}
+
+	// The guest answers on the pod IP, seen from the node.
+	body := httpGet(t, e.nodeNS, e.podIP+":8080")
+	if !strings.Contains(body, "vmpod-guest") {
+		t.Errorf("HTTP from the guest = %q, want vmpod-guest", body)
+	}
+
+	stats, err := c.Stats(ctx, &taskAPI.StatsRequest{ID: e.p.vmID})
+	if err != nil || stats.Stats == nil {
+		t.Errorf("Stats = %v, %v", stats, err)
+	}
+	if _, err := c.Exec(ctx, &taskAPI.ExecProcessRequest{ID: e.p.vmID, ExecID: "x"}); err == nil ||
+		!strings.Contains(err.Error(), "not supported yet") {
+		t.Errorf("Exec error = %v, want not supported yet", err)
+	}
+
+	// SIGTERM is the ACPI power button; the guest powers off cleanly.
+	if _, err := c.Kill(ctx, &taskAPI.KillRequest{ID: e.p.vmID, Signal: uint32(syscall.SIGTERM)}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.Wait(ctx, &taskAPI.WaitRequest{ID: e.p.vmID})
+	if err != nil || w.ExitStatus != 0 {
+		t.Fatalf("Wait = %v, %v; want exit status 0", w, err)
+	}
+	e.stdout.waitFor(t, "VMPOD-GUEST: poweroff", 10*time.Second)
+
+	e.deletePod(t, ctx, c)
+	if !waitGone(int(qemuPID), 10*time.Second) {
+		t.Errorf("QEMU %d still runs", qemuPID)
+	}
+	e.assertClean(t)
+	for _, topic := range []string{"/tasks/create", "/tasks/start", "/tasks/exit", "/tasks/delete"} {
+		if !e.fc.seen(topic) {
+			t.Errorf("containerd got no %s event", topic)
+		}
+	}
+}
+
+// deletePod does what containerd does when the kubelet removes the pod.
+func (e *podEnv) deletePod(t *testing.T, ctx context.Context, c taskAPI.TTRPCTaskService) {
+	t.Helper()
+	if _, err := c.Delete(ctx, &taskAPI.DeleteRequest{ID: e.p.vmID}); err != nil {
+		t.Fatalf("delete VM: %v", err)
+	}
+	e.env.delete(t, e.p.vmID, e.p.vmBundle)
+	if _, err := c.Kill(ctx, &taskAPI.KillRequest{ID: e.p.sandboxID, Signal: uint32(syscall.SIGKILL), All: true}); err != nil {
+		t.Fatalf("kill sandbox: %v", err)
+	}
+	if _, err := c.Wait(ctx, &taskAPI.WaitRequest{ID: e.p.sandboxID}); err != nil {
+		t.Fatalf("wait sandbox: %v", err)
+	}
+	if _, err := c.Delete(ctx, &taskAPI.DeleteRequest{ID: e.p.sandboxID}); err != nil {
+		t.Fatalf("delete sandbox: %v", err)
+	}
+	conn, err := c.Connect(ctx, &taskAPI.ConnectRequest{ID: e.p.sandboxID})
+	shimPID := 0
+	if err == nil {
+		shimPID = int(conn.ShimPid)
+	}
+	_, _ = c.Shutdown(ctx, &taskAPI.ShutdownRequest{ID: e.p.sandboxID})
+	e.env.delete(t, e.p.sandboxID, e.p.sandboxBundle)
+	if shimPID > 0 && !waitGone(shimPID, 10*time.Second) {
+		t.Errorf("shim %d still runs after Shutdown", shimPID)
+	}
+}
+
+// assertClean checks that the pod left nothing: no state dir, no tap or tc
+// rules in the pod netns, no cgroup below the pod's.
+func (e *podEnv) assertClean(t *testing.T) {
+	t.Helper()
+	if entries, err := os.ReadDir(filepath.Join(e.env.state, "pods")); err == nil && len(entries) > 0 {
+		t.Errorf("pod state dirs left: %v", entries)
+	}
+	if out, _ := exec.Command("ip", "-n", filepath.Base(e.podNS), "link", "show", "vmpod0").CombinedOutput(); !strings.Contains(string(out), "does not exist") {
+		t.Errorf("tap left in the pod netns: %s", out)
+	}
+	if out, _ := exec.Command("tc", "-n", filepath.Base(e.podNS), "qdisc", "show", "dev", "eth0", "ingress").CombinedOutput(); strings.TrimSpace(string(out)) != "" {
+		t.Errorf("ingress qdisc left on eth0: %s", out)
+	}
+	if dirs := cgroupDirs(e.p.cgroupParent); len(dirs) > 0 {
+		t.Errorf("cgroups left: %v", dirs)
+	}
+}
+
+// httpGet fetches from addr inside the node netns, retrying a bounded
+// number of times while the guest's server comes up.
+func httpGet(t *testing.T, netns, addr string) string {
+	t.Helper()
+	var body string
+	var lastErr error
+	for i := 0; i < 20 && body == ""; i++ {
+		lastErr = inNetns(t, netns, func() error {
+			conn, err := net.DialTimeout("tcp", addr, 3*time.Second)
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+			if _, err := conn.Write([]byte("GET / HTTP/1.0\r\n\r\n")); err != nil {
+				return err
+			}
+			b, err := io.ReadAll(conn)
+			body = string(b)
+			return err
+		})
+		if body == "" {
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
+	if body == "" {
+		t.Fatalf("no HTTP answer from %s: %v", addr, lastErr)
+	}
+	return body
+}
+
+func itoa(i int) string { return strconvItoa(i) }

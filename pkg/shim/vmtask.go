@@ -1,0 +1,294 @@
+package shim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	eventstypes "github.com/containerd/containerd/api/events"
+	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
+	"github.com/containerd/containerd/v2/core/mount"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/vmpod/vmpod/pkg/convert"
+	"github.com/vmpod/vmpod/pkg/host"
+	"github.com/vmpod/vmpod/pkg/podnet"
+	"github.com/vmpod/vmpod/pkg/vm"
+	"github.com/vmpod/vmpod/pkg/vmspec"
+)
+
+const (
+	podInterface = "eth0"
+	tapName      = "vmpod0"
+)
+
+// vmTask is the container task that is the VM.
+type vmTask struct {
+	pod     *pod
+	spec    vmspec.Spec
+	machine *vm.Machine
+	console *console
+	net     *podnet.Attachment
+	rootfs  string // mounted by us; "" if not
+	devices []string
+	cgPath  string // the container's cgroupsPath; "" if none
+	limit   uint64 // QEMU's memory limit: guest RAM plus overhead
+	cgroup  *vmCgroup
+	task    *task
+	ckpt    checkpoint
+}
+
+// createVM does everything up to a defined, not yet started domain. Each
+// resource it acquires has its undo deferred right after, so a failure
+// leaves no mount, tap, device node, file or domain behind.
+func createVM(ctx context.Context, p *pod, r *taskAPI.CreateTaskRequest, oci *specs.Spec, t *task) (_ *vmTask, retErr error) {
+	spec, err := vmspec.FromOCI(oci)
+	if err != nil {
+		return nil, err
+	}
+	rt, h, err := p.hypervisor(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v := &vmTask{pod: p, spec: spec, task: t, limit: spec.MemoryBytes + overhead(spec, h)}
+	v.ckpt = checkpoint{ID: r.ID, Kind: "vm", Bundle: r.Bundle, PodDir: p.dir, Domain: spec.Name, Netns: p.netns}
+	if oci.Linux != nil && filepath.IsAbs(oci.Linux.CgroupsPath) {
+		v.cgPath = oci.Linux.CgroupsPath
+		v.ckpt.Cgroup = v.cgPath
+	}
+	defer func() {
+		if retErr != nil {
+			v.release(context.WithoutCancel(ctx))
+		}
+	}()
+
+	rootfs := filepath.Join(r.Bundle, "rootfs")
+	if len(r.Rootfs) > 0 {
+		if err := mount.All(mount.FromProto(r.Rootfs), rootfs); err != nil {
+			return nil, fmt.Errorf("mount the image: %v: %w", err, errdefs.ErrInternal)
+		}
+		v.rootfs, v.ckpt.Rootfs = rootfs, rootfs
+	} else if oci.Root != nil && oci.Root.Path != "" {
+		rootfs = oci.Root.Path
+		if !filepath.IsAbs(rootfs) {
+			rootfs = filepath.Join(r.Bundle, rootfs)
+		}
+	}
+	img, err := vm.FindImage(rootfs)
+	if err != nil {
+		return nil, fmt.Errorf("image %s: %w", spec.Image, err)
+	}
+
+	nics, err := v.attachNetwork(oci)
+	if err != nil {
+		return nil, err
+	}
+	vols, err := v.makeDevices(oci)
+	if err != nil {
+		return nil, err
+	}
+	if spec.CloudInit != nil {
+		return nil, fmt.Errorf("%s: cloud-init media are not supported by this shim yet: %w",
+			vmspec.AnnotationCloudInitUserData, errdefs.ErrNotImplemented)
+	}
+	if v.console, err = openConsole(ctx, r.Stdin, r.Stdout, r.Stderr, r.Terminal); err != nil {
+		return nil, err
+	}
+	if err := v.ckpt.save(); err != nil {
+		return nil, fmt.Errorf("checkpoint: %v: %w", err, errdefs.ErrInternal)
+	}
+	v.machine, err = rt.Create(ctx, vm.Config{Spec: spec, Host: h, Image: img, Layout: p.layout(), NICs: nics, Volumes: vols})
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// overhead is what QEMU and the shim cost beyond the guest's RAM on this node.
+func overhead(s vmspec.Spec, h host.Host) uint64 {
+	kvm := s.Accel != vmspec.AccelTCG && h.HasAccel(host.AccelKVM)
+	return vmspec.OverheadFor(kvm).Bytes(s.MemoryBytes, s.VCPUs)
+}
+
+// attachNetwork gives the guest the pod interface's identity. It refuses
+// to touch interfaces unless the shim was started in the pod's own network
+// namespace: in the host's, eth0 is the node's uplink.
+func (v *vmTask) attachNetwork(oci *specs.Spec) (map[string]convert.NIC, error) {
+	if len(v.spec.NICs) == 0 {
+		return nil, nil
+	}
+	if v.pod.netns == "" || !inNetns(v.pod.netns) {
+		return nil, fmt.Errorf("%s: the VM's network needs the pod's own network namespace, and this pod has none "+
+			"(hostNetwork pods cannot run VMs; set vmpod.io/network: none for a VM without network): %w",
+			vmspec.AnnotationNetwork, errdefs.ErrFailedPrecondition)
+	}
+	pn, err := podnet.Inspect(podInterface)
+	if err != nil {
+		return nil, fmt.Errorf("pod network: %v: %w", err, errdefs.ErrFailedPrecondition)
+	}
+	pn.DNS, _ = podnet.ResolvConf(resolvConf(oci))
+	pn.Hostname = oci.Annotations[vmspec.CRISandboxName]
+	a, err := podnet.Attach(pn, tapName)
+	if err != nil {
+		return nil, fmt.Errorf("pod network: %v: %w", err, errdefs.ErrInternal)
+	}
+	v.net = a
+	v.ckpt.Tap, v.ckpt.PodIf = tapName, podInterface
+	nic := convert.NIC{Tap: a.Tap(), MAC: a.MAC().String(), MTU: uint(a.MTU())}
+	return map[string]convert.NIC{v.spec.NICs[0].Name: nic}, nil
+}
+
+// resolvConf is the host file containerd bind-mounts at /etc/resolv.conf.
+func resolvConf(oci *specs.Spec) string {
+	for _, m := range oci.Mounts {
+		if m.Destination == "/etc/resolv.conf" {
+			return m.Source
+		}
+	}
+	return ""
+}
+
+// inNetns reports whether this process is in the namespace at path.
+func inNetns(path string) bool {
+	var want, have unix.Stat_t
+	return unix.Stat(path, &want) == nil && unix.Stat("/proc/self/ns/net", &have) == nil &&
+		want.Dev == have.Dev && want.Ino == have.Ino
+}
+
+// makeDevices creates, in the pod's state dir, a node for each block
+// volume the kubelet passed (by device number: the container path in the
+// spec is the pod's choice, the number is the kubelet's).
+func (v *vmTask) makeDevices(oci *specs.Spec) (map[string]string, error) {
+	if oci.Linux == nil || len(v.spec.Volumes) == 0 {
+		return nil, nil
+	}
+	dir := filepath.Join(v.pod.dir, "dev")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	vols := map[string]string{}
+	for _, d := range oci.Linux.Devices {
+		if d.Type != "b" {
+			continue
+		}
+		name := filepath.Base(d.Path)
+		node := filepath.Join(dir, name)
+		if err := unix.Mknod(node, unix.S_IFBLK|0o600, int(unix.Mkdev(uint32(d.Major), uint32(d.Minor)))); err != nil {
+			return nil, fmt.Errorf("block volume %s: %v: %w", d.Path, err, errdefs.ErrInternal)
+		}
+		v.devices = append(v.devices, node)
+		v.ckpt.Devices = v.devices
+		vols[name] = node
+	}
+	return vols, nil
+}
+
+// start boots the VM. Between QEMU's start and the guest's first
+// instruction QEMU moves into the container's cgroup with its memory limit
+// and the console attaches.
+func (v *vmTask) start(ctx context.Context) (uint32, error) {
+	prepare := func(ctx context.Context, pid int) error {
+		if v.cgPath != "" {
+			cg, err := newVMCgroup(v.cgPath, v.limit)
+			if err != nil {
+				return err
+			}
+			v.cgroup = cg
+			if err := cg.add(pid); err != nil {
+				return err
+			}
+		}
+		if v.spec.Console {
+			return v.console.attach(v.pod.layout().Console())
+		}
+		return nil
+	}
+	if err := v.machine.Start(ctx, prepare); err != nil {
+		return 0, err
+	}
+	pid, err := v.machine.PID(ctx)
+	if err != nil {
+		return 0, err
+	}
+	go v.wait()
+	return uint32(pid), nil
+}
+
+// wait turns the VM's end into the task's exit.
+func (v *vmTask) wait() {
+	exit, err := v.machine.Wait(context.Background())
+	if err != nil {
+		log.L.WithError(err).Error("wait for the VM")
+	}
+	v.console.drain(2 * time.Second)
+	status := exit.Status
+	if v.cgroup != nil && exit.Reason != "Completed" && v.cgroup.oomKilled() {
+		status = 128 + uint32(unix.SIGKILL)
+		log.L.Warn("the VM was OOM-killed")
+		v.publishOOM()
+	}
+	log.L.Infof("VM exited: %d %s: %s", status, exit.Reason, exit.Message)
+	v.console.close()
+	v.task.onExit(status, time.Now())
+}
+
+func (v *vmTask) publishOOM() {
+	// The CRI marks a container OOMKilled when it saw TaskOOM before the exit.
+	v.task.svc.publish(&eventstypes.TaskOOM{ContainerID: v.ckpt.ID})
+}
+
+func (v *vmTask) kill(ctx context.Context, sig uint32) error {
+	switch unix.Signal(sig) {
+	case unix.SIGTERM, unix.SIGINT:
+		return v.machine.Shutdown(ctx)
+	case unix.SIGKILL:
+		return v.machine.Kill(ctx)
+	case 0:
+		return nil
+	default:
+		return fmt.Errorf("signal %d: a VM takes SIGTERM or SIGINT (ACPI power button) and SIGKILL (hard stop): %w",
+			sig, errdefs.ErrInvalidArgument)
+	}
+}
+
+// delete removes the VM and everything createVM and start made.
+func (v *vmTask) delete(ctx context.Context) error {
+	err := v.release(ctx)
+	if rerr := removeCheckpoint(v.pod.dir, v.ckpt.ID); rerr != nil {
+		err = errors.Join(err, rerr)
+	}
+	return err
+}
+
+// release undoes createVM and start, in reverse order; safe on a partly
+// created task.
+func (v *vmTask) release(ctx context.Context) error {
+	var errs []error
+	if v.machine != nil {
+		errs = append(errs, v.machine.Delete(ctx))
+	}
+	if v.console != nil {
+		v.console.close()
+	}
+	if v.cgroup != nil {
+		errs = append(errs, v.cgroup.remove())
+	}
+	for _, d := range v.devices {
+		if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if v.net != nil {
+		errs = append(errs, v.net.Close())
+	}
+	if v.rootfs != "" {
+		errs = append(errs, mount.UnmountAll(v.rootfs, 0))
+	}
+	return errors.Join(errs...)
+}
