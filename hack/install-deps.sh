@@ -12,6 +12,8 @@ packages=(
   busybox-static cpio xz-utils zstd e2fsprogs kmod
   # containerd tests: runc for plain pods, CNI plugins, nsenter/unshare
   runc containernetworking-plugins util-linux
+  # reads back the cloud-init seed in tests (an independent ISO 9660 reader)
+  xorriso
   # network namespaces, taps, tc
   iproute2
 )

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -196,9 +197,14 @@ func validate(p Pod, tap string) error {
 // tapSysctls makes the tap a quiet conduit that still hears DHCP rebinds.
 // A rebinding guest broadcasts from the pod IP, which this namespace holds
 // on the pod interface: without accept_local the tap's stack drops it as a
-// martian, and reverse-path filtering would too (the effective rp_filter is
-// the larger of conf/all and conf/<tap>; only the tap's is set here).
+// martian, and reverse-path filtering would too. The effective rp_filter is
+// the larger of conf/all and conf/<tap>; conf/all is the pod's, so it is only
+// reported, not changed.
 func tapSysctls(tap string) error {
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/conf/all/rp_filter"); err == nil && strings.TrimSpace(string(b)) != "0" {
+		slog.Warn("net.ipv4.conf.all.rp_filter is on in the pod network namespace: the guest's DHCP rebinds will go unanswered (it keeps its address until the lease ends)",
+			"tap", tap, "rp_filter", strings.TrimSpace(string(b)))
+	}
 	for _, s := range []struct{ path, value string }{
 		{"ipv4/conf/" + tap + "/accept_local", "1"},
 		{"ipv4/conf/" + tap + "/rp_filter", "0"},

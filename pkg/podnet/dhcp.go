@@ -94,7 +94,9 @@ func (s *dhcpServer) handle(conn net.PacketConn, _ net.Addr, req *dhcpv4.DHCPv4)
 	}
 	// Always broadcast: a client without an address cannot answer ARP, and
 	// a UDP socket cannot address a frame to its MAC. Sending to the pod IP
-	// instead would loop back, since the pod netns holds it too.
+	// instead would loop back, since the pod netns holds it too. The kernel
+	// picks the pod IP as the source (the tap has no address); clients go by
+	// the server identifier option, not the source.
 	dst := &net.UDPAddr{IP: net.IPv4bcast, Port: dhcpv4.ClientPort}
 	if _, err := conn.WriteTo(resp.ToBytes(), dst); err != nil {
 		s.log.Warn("reply failed", "type", resp.MessageType(), "error", err)

@@ -20,6 +20,9 @@
 // opened in that namespace, so Close, and the DHCP server's goroutines, work
 // from any thread.
 //
+// The DHCP server logs through slog.Default() (answers at debug level,
+// trouble at warn).
+//
 // Kernel features: the tun driver, the ingress qdisc (sch_ingress), the u32
 // classifier (cls_u32) and the mirred action (act_mirred). matchall, flower
 // and gact are not used, because some kernels lack them. A missing feature is

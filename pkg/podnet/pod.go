@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"runtime"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -44,6 +45,9 @@ type Route struct {
 // has no IPv4 address or no IPv4 default route: there would be nothing to
 // hand the guest.
 func Inspect(ifname string) (Pod, error) {
+	// All look-ups from one thread, so one namespace (see the package comment).
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	link, err := netlink.LinkByName(ifname)
 	if err != nil {
 		return Pod{}, fmt.Errorf("pod interface %q: %w", ifname, err)

@@ -30,7 +30,16 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// podDirIDLen bounds the sandbox id in the pod's dir name: libvirt and QEMU
+// put unix sockets several levels below it, and a socket path must stay
+// under 108 bytes. 16 hex digits of a random 256-bit id do not collide on a
+// node.
+const podDirIDLen = 16
+
 // podDir is the state dir of the pod whose sandbox is sandboxID.
 func (c Config) podDir(sandboxID string) string {
+	if len(sandboxID) > podDirIDLen {
+		sandboxID = sandboxID[:podDirIDLen]
+	}
 	return filepath.Join(c.StateRoot, "pods", sandboxID)
 }

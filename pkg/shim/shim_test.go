@@ -293,3 +293,44 @@ func httpGet(t *testing.T, netns, addr string) string {
 }
 
 func itoa(i int) string { return strconvItoa(i) }
+
+// TestShimKilled: a shim killed -9 leaves its VM running; the delete
+// command containerd then runs for each task destroys the VM and removes
+// everything the shim made.
+func TestShimKilled(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	e := newPodEnv(t)
+	c, qemuPID := e.runPod(t, ctx)
+	t.Cleanup(func() {
+		if alive(int(qemuPID)) {
+			syscall.Kill(int(qemuPID), syscall.SIGKILL)
+		}
+	})
+	e.stdout.waitFor(t, "VMPOD-GUEST: init", 2*time.Minute)
+	conn, err := c.Connect(ctx, &taskAPI.ConnectRequest{ID: e.p.vmID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shimPID := int(conn.ShimPid)
+	if err := syscall.Kill(shimPID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if !waitGone(shimPID, 10*time.Second) {
+		t.Fatalf("shim %d survived SIGKILL", shimPID)
+	}
+	if !alive(int(qemuPID)) {
+		t.Fatalf("QEMU %d died with its shim; it should outlive it", qemuPID)
+	}
+
+	// What containerd does for a dead shim: delete for each task.
+	resp := e.env.delete(t, e.p.vmID, e.p.vmBundle)
+	if resp.ExitStatus != 137 {
+		t.Errorf("delete exit status %d, want 137", resp.ExitStatus)
+	}
+	e.env.delete(t, e.p.sandboxID, e.p.sandboxBundle)
+	if !waitGone(int(qemuPID), 10*time.Second) {
+		t.Errorf("QEMU %d still runs after delete", qemuPID)
+	}
+	e.assertClean(t)
+}

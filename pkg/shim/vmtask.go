@@ -94,8 +94,9 @@ func createVM(ctx context.Context, p *pod, r *taskAPI.CreateTaskRequest, oci *sp
 		return nil, err
 	}
 	if spec.CloudInit != nil {
-		return nil, fmt.Errorf("%s: cloud-init media are not supported by this shim yet: %w",
-			vmspec.AnnotationCloudInitUserData, errdefs.ErrNotImplemented)
+		if err := v.writeSeed(oci); err != nil {
+			return nil, err
+		}
 	}
 	if v.console, err = openConsole(ctx, r.Stdin, r.Stdout, r.Stderr, r.Terminal); err != nil {
 		return nil, err
@@ -108,6 +109,36 @@ func createVM(ctx context.Context, p *pod, r *taskAPI.CreateTaskRequest, oci *sp
 		return nil, err
 	}
 	return v, nil
+}
+
+// writeSeed builds the cloud-init NoCloud seed in the state dir, from the
+// annotations or from the pod's ConfigMap/Secret volume (read through the
+// mount the kubelet gave the container). Machine.Delete removes it.
+func (v *vmTask) writeSeed(oci *specs.Spec) error {
+	ci := *v.spec.CloudInit
+	var dir string
+	if ci.Volume != "" {
+		for _, m := range oci.Mounts {
+			if m.Destination == ci.VolumeMountPath {
+				dir = m.Source
+			}
+		}
+		if dir == "" {
+			return fmt.Errorf("%s: %q is not mounted in the container: %w", vmspec.AnnotationCloudInitVolume, ci.Volume, errdefs.ErrInvalidArgument)
+		}
+	}
+	id := oci.Annotations[vmspec.CRISandboxUID]
+	if id == "" {
+		id = v.spec.Name
+	}
+	files, err := vm.NoCloudFiles(ci, dir, id, oci.Annotations[vmspec.CRISandboxName])
+	if err != nil {
+		return err
+	}
+	if err := vm.WriteNoCloudISO(v.pod.layout().CloudInitISO(), files); err != nil {
+		return fmt.Errorf("%w: %v", errdefs.ErrInternal, err)
+	}
+	return nil
 }
 
 // overhead is what QEMU and the shim cost beyond the guest's RAM on this node.

@@ -123,6 +123,10 @@ func run(out, name string, files []mapping) error {
 	cfg.OS = "linux"
 	cfg.Architecture = "amd64"
 	cfg.Created = v1.Time{Time: epoch}
+	// containerd's CRI refuses to create a container whose image and pod
+	// name no command. vmpod never runs it (the VM boots from /boot or
+	// /disk), so it only has to be there; see docs/containerdisk.md.
+	cfg.Config.Cmd = []string{"containerdisk"}
 	if img, err = mutate.ConfigFile(img, cfg); err != nil {
 		return err
 	}
