@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -35,7 +36,7 @@ var shimBinary struct {
 	err  error
 }
 
-func buildShim(t *testing.T) string {
+func buildShim(t testing.TB) string {
 	t.Helper()
 	shimBinary.once.Do(func() {
 		dir, err := os.MkdirTemp("", "vmpod-shim-bin-")
@@ -60,6 +61,9 @@ func buildShim(t *testing.T) string {
 
 var atExit []func()
 
+// envSeq makes names unique when one test binary makes several pods.
+var envSeq atomic.Int64
+
 func TestMain(m *testing.M) {
 	code := m.Run()
 	for _, f := range atExit {
@@ -77,7 +81,7 @@ type fakeContainerd struct {
 	topics []string
 }
 
-func startFakeContainerd(t *testing.T, dir string) *fakeContainerd {
+func startFakeContainerd(t testing.TB, dir string) *fakeContainerd {
 	t.Helper()
 	f := &fakeContainerd{addr: filepath.Join(dir, "containerd.ttrpc")}
 	l, err := net.Listen("unix", f.addr)
@@ -124,7 +128,7 @@ func (e shimEnv) environ() []string {
 
 // bootstrap runs the shim's start command in bundle, as containerd does,
 // and returns the ttrpc address of the pod's shim.
-func (e shimEnv) start(t *testing.T, id, bundle string) string {
+func (e shimEnv) start(t testing.TB, id, bundle string) string {
 	t.Helper()
 	params, err := proto.Marshal(&bootapi.BootstrapParams{
 		InstanceID: id, Namespace: "k8s.io",
@@ -149,7 +153,7 @@ func (e shimEnv) start(t *testing.T, id, bundle string) string {
 
 // delete runs the shim's delete command for task id, as containerd does
 // after every task delete and after a shim died.
-func (e shimEnv) delete(t *testing.T, id, bundle string) *taskAPI.DeleteResponse {
+func (e shimEnv) delete(t testing.TB, id, bundle string) *taskAPI.DeleteResponse {
 	t.Helper()
 	cmd := exec.Command(e.bin, "-namespace", "k8s.io", "-id", id, "-address", filepath.Join(e.state, "containerd.sock"), "delete")
 	cmd.Dir, cmd.Env = bundle, e.environ()
@@ -172,7 +176,7 @@ func stderrOf(err error) string {
 	return ""
 }
 
-func dial(t *testing.T, addr string) taskAPI.TTRPCTaskService {
+func dial(t testing.TB, addr string) taskAPI.TTRPCTaskService {
 	t.Helper()
 	conn, err := net.Dial("unix", strings.TrimPrefix(addr, "unix://"))
 	if err != nil {
@@ -185,7 +189,7 @@ func dial(t *testing.T, addr string) taskAPI.TTRPCTaskService {
 
 // writeBundle writes config.json for a task as containerd's CRI plugin
 // would.
-func writeBundle(t *testing.T, dir string, s *specs.Spec) {
+func writeBundle(t testing.TB, dir string, s *specs.Spec) {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
@@ -243,7 +247,7 @@ func vmSpec(p testPod, netns, memory string, extra map[string]string) *specs.Spe
 }
 
 // fifo makes a FIFO and opens its read side, as containerd's cio does.
-func fifo(t *testing.T, path string) *os.File {
+func fifo(t testing.TB, path string) *os.File {
 	t.Helper()
 	if err := unix.Mkfifo(path, 0o600); err != nil {
 		t.Fatal(err)
@@ -257,7 +261,7 @@ func fifo(t *testing.T, path string) *os.File {
 }
 
 // inNetns runs f on a thread in the network namespace at path.
-func inNetns(t *testing.T, path string, f func() error) error {
+func inNetns(t testing.TB, path string, f func() error) error {
 	t.Helper()
 	errc := make(chan error, 1)
 	go func() {
@@ -279,7 +283,7 @@ func inNetns(t *testing.T, path string, f func() error) error {
 	return <-errc
 }
 
-func run(t *testing.T, name string, args ...string) string {
+func run(t testing.TB, name string, args ...string) string {
 	t.Helper()
 	out, err := exec.Command(name, args...).CombinedOutput()
 	if err != nil {
@@ -291,9 +295,9 @@ func run(t *testing.T, name string, args ...string) string {
 // network makes a node netns and a pod netns joined by a veth: pod eth0
 // 10.99.0.5/24 with the node's end 10.99.0.1 as its gateway. Both are
 // removed when the test ends.
-func network(t *testing.T) (nodeNS, podNS, podIP string) {
+func network(t testing.TB) (nodeNS, podNS, podIP string) {
 	t.Helper()
-	tag := fmt.Sprintf("vmpodt%d", os.Getpid()%100000)
+	tag := fmt.Sprintf("vmpodt%d-%d", os.Getpid()%100000, envSeq.Add(1))
 	node, pod := tag+"n", tag+"p"
 	run(t, "ip", "netns", "add", node)
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", node).Run() })
@@ -312,9 +316,9 @@ func network(t *testing.T) (nodeNS, podNS, podIP string) {
 
 // cgroupParent makes a pod-level cgroup in every v1 hierarchy, like the
 // kubelet's, and removes what is left under it when the test ends.
-func cgroupParent(t *testing.T) string {
+func cgroupParent(t testing.TB) string {
 	t.Helper()
-	parent := fmt.Sprintf("/vmpod-test-%d/podtest", os.Getpid())
+	parent := fmt.Sprintf("/vmpod-test-%d/pod%d", os.Getpid(), envSeq.Add(1))
 	t.Cleanup(func() {
 		ctrls, _ := filepath.Glob("/sys/fs/cgroup/*")
 		for _, c := range ctrls {

@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -48,7 +50,7 @@ func readSerial(f *os.File, deadline time.Time) *serial {
 	return s
 }
 
-func (s *serial) waitFor(t *testing.T, marker string, timeout time.Duration) {
+func (s *serial) waitFor(t testing.TB, marker string, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
@@ -85,7 +87,7 @@ type podEnv struct {
 	startedAt time.Time
 }
 
-func newPodEnv(t *testing.T) *podEnv {
+func newPodEnv(t testing.TB) *podEnv {
 	t.Helper()
 	// Short: unix socket paths must stay under 108 bytes.
 	dir, err := os.MkdirTemp("/tmp", "vmpod-shim-")
@@ -120,7 +122,7 @@ func newPodEnv(t *testing.T) *podEnv {
 
 // runPod does what containerd does to start a pod whose container is the
 // VM: bootstrap, sandbox Create/Start, VM Create/Start.
-func (e *podEnv) runPod(t *testing.T, ctx context.Context) (taskAPI.TTRPCTaskService, uint32) {
+func (e *podEnv) runPod(t testing.TB, ctx context.Context) (taskAPI.TTRPCTaskService, uint32) {
 	t.Helper()
 	addr := e.env.start(t, e.p.sandboxID, e.p.sandboxBundle)
 	c := dial(t, addr)
@@ -216,7 +218,7 @@ func TestShimRunsVMPod(t *testing.T) {
 }
 
 // deletePod does what containerd does when the kubelet removes the pod.
-func (e *podEnv) deletePod(t *testing.T, ctx context.Context, c taskAPI.TTRPCTaskService) {
+func (e *podEnv) deletePod(t testing.TB, ctx context.Context, c taskAPI.TTRPCTaskService) {
 	t.Helper()
 	if _, err := c.Delete(ctx, &taskAPI.DeleteRequest{ID: e.p.vmID}); err != nil {
 		t.Fatalf("delete VM: %v", err)
@@ -245,7 +247,7 @@ func (e *podEnv) deletePod(t *testing.T, ctx context.Context, c taskAPI.TTRPCTas
 
 // assertClean checks that the pod left nothing: no state dir, no tap or tc
 // rules in the pod netns, no cgroup below the pod's.
-func (e *podEnv) assertClean(t *testing.T) {
+func (e *podEnv) assertClean(t testing.TB) {
 	t.Helper()
 	if entries, err := os.ReadDir(filepath.Join(e.env.state, "pods")); err == nil && len(entries) > 0 {
 		t.Errorf("pod state dirs left: %v", entries)
@@ -263,7 +265,7 @@ func (e *podEnv) assertClean(t *testing.T) {
 
 // httpGet fetches from addr inside the node netns, retrying a bounded
 // number of times while the guest's server comes up.
-func httpGet(t *testing.T, netns, addr string) string {
+func httpGet(t testing.TB, netns, addr string) string {
 	t.Helper()
 	var body string
 	var lastErr error
@@ -333,4 +335,59 @@ func TestShimKilled(t *testing.T) {
 		t.Errorf("QEMU %d still runs after delete", qemuPID)
 	}
 	e.assertClean(t)
+}
+
+// BenchmarkShim starts the test guest through the shim b.N times (make
+// bench: 3) and reports the median time from the VM task's Start to the
+// guest's first serial line on the stdout FIFO, and the median PSS of the
+// shim process while its VM runs.
+func BenchmarkShim(b *testing.B) {
+	var first []time.Duration
+	var pss []float64
+	for b.Loop() {
+		func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+			defer cancel()
+			e := newPodEnv(b)
+			c, qemuPID := e.runPod(b, ctx)
+			e.stdout.waitFor(b, "VMPOD-GUEST: init", 2*time.Minute)
+			first = append(first, time.Since(e.startedAt))
+			conn, err := c.Connect(ctx, &taskAPI.ConnectRequest{ID: e.p.vmID})
+			if err != nil {
+				b.Fatal(err)
+			}
+			e.stdout.waitFor(b, "VMPOD-GUEST: ready", time.Minute)
+			pss = append(pss, float64(pssKiB(b, int(conn.ShimPid)))/1024)
+			if _, err := c.Kill(ctx, &taskAPI.KillRequest{ID: e.p.vmID, Signal: uint32(syscall.SIGKILL)}); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := c.Wait(ctx, &taskAPI.WaitRequest{ID: e.p.vmID}); err != nil {
+				b.Fatal(err)
+			}
+			e.deletePod(b, ctx, c)
+			waitGone(int(qemuPID), 10*time.Second)
+		}()
+	}
+	slices.Sort(first)
+	slices.Sort(pss)
+	b.ReportMetric(first[len(first)/2].Seconds(), "s-first-line")
+	b.ReportMetric(pss[len(pss)/2], "MiB-shim-PSS")
+}
+
+// pssKiB reads a process's proportional set size.
+func pssKiB(t testing.TB, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + itoa(pid) + "/smaps_rollup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "Pss:" {
+			var kib int
+			fmt.Sscan(f[1], &kib)
+			return kib
+		}
+	}
+	t.Fatalf("no Pss in smaps_rollup of %d", pid)
+	return 0
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -113,12 +114,15 @@ func bootGuest(t testing.TB, podFile string) bootTimes {
 		t.Fatal(err)
 	}
 	var pid int
+	deleted := false
 	t.Cleanup(func() {
 		// On failure: stop QEMU and remove the domain whatever state it is in.
-		if err := m.Delete(context.Background()); err != nil {
-			t.Errorf("Delete: %v", err)
+		if !deleted {
+			if err := m.Delete(context.Background()); err != nil {
+				t.Errorf("Delete: %v", err)
+			}
+			assertGone(t, rt, spec.Name, pid, dir)
 		}
-		assertGone(t, rt, spec.Name, pid, dir)
 	})
 	if err := m.Start(ctx, nil); err != nil {
 		t.Fatal(err)
@@ -145,6 +149,11 @@ func bootGuest(t testing.TB, podFile string) bootTimes {
 	if exit.Status != 0 || exit.Reason != "Completed" {
 		t.Errorf("exit = %+v, want status 0, Completed", exit)
 	}
+	deleted = true
+	if err := m.Delete(ctx); err != nil {
+		t.Errorf("Delete: %v", err)
+	}
+	assertGone(t, rt, spec.Name, pid, dir)
 	return times
 }
 
@@ -273,4 +282,27 @@ func (c *console) poll() {
 	for _, l := range lines[min(len(c.lines), len(lines)):] {
 		c.lines = append(c.lines, timedLine{at: now, text: strings.TrimRight(l, "\r")})
 	}
+}
+
+// BenchmarkBoot boots the test guest b.N times (make bench: 3) and reports
+// the median time from Create to the guest's first serial line and to its
+// ready marker.
+func BenchmarkBoot(b *testing.B) {
+	var first, ready []time.Duration
+	for b.Loop() {
+		times := bootGuest(b, "boot-pod.yaml")
+		first = append(first, times.firstLine)
+		ready = append(ready, times.ready)
+	}
+	b.ReportMetric(median(first).Seconds(), "s-first-line")
+	b.ReportMetric(median(ready).Seconds(), "s-ready")
+}
+
+func median(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
 }

@@ -105,6 +105,17 @@ func OpenEmbedded(ctx context.Context, root string, opts EmbedOptions) (_ *Conn,
 		}
 	}
 
+	// libvirt logs to stderr by default, warnings included (one for
+	// security_driver = "none" on every open, noise in `vm-runtime render`
+	// and in a shim's log). Every failure also comes back to us as an
+	// error, so its log goes to the root unless the user chose otherwise.
+	// libvirt reads this once, at its first connection in the process.
+	if os.Getenv("LIBVIRT_LOG_OUTPUTS") == "" {
+		if err := os.MkdirAll(filepath.Join(root, "log"), 0o755); err == nil {
+			os.Setenv("LIBVIRT_LOG_OUTPUTS", "3:file:"+filepath.Join(root, "log", "libvirt.log"))
+		}
+	}
+
 	uri := "qemu:///embed?root=" + url.QueryEscape(root)
 	c, err := open(ctx, uri, root)
 	if err != nil {
