@@ -66,12 +66,14 @@ type vmCgroup struct {
 	cg   cgroup1.Cgroup
 }
 
-// newVMCgroup creates the cgroup with a memory limit (0: none).
-func newVMCgroup(p string, memoryLimit uint64) (*vmCgroup, error) {
+// newVMCgroup creates the cgroup with a memory limit (0: none) and the
+// container's CPU shares and quota (nil: none): a pod limited to 1.5 CPUs
+// gets 2 vCPUs that together run for at most 1.5 CPUs.
+func newVMCgroup(p string, memoryLimit uint64, cpu *specs.LinuxCPU) (*vmCgroup, error) {
 	if err := requireV1(); err != nil {
 		return nil, err
 	}
-	res := &specs.LinuxResources{}
+	res := &specs.LinuxResources{CPU: cpuOnly(cpu)}
 	if memoryLimit > 0 {
 		l := int64(memoryLimit)
 		res.Memory = &specs.LinuxMemory{Limit: &l}
@@ -81,6 +83,23 @@ func newVMCgroup(p string, memoryLimit uint64) (*vmCgroup, error) {
 		return nil, fmt.Errorf("VM cgroup %s: %v: %w", p, err, errdefs.ErrInternal)
 	}
 	return &vmCgroup{path: p, cg: cg}, nil
+}
+
+// cpuOnly keeps the CPU settings a VM's cgroup takes: shares, quota and
+// period. A cpuset would pin QEMU's emulator threads with the vCPUs.
+func cpuOnly(cpu *specs.LinuxCPU) *specs.LinuxCPU {
+	if cpu == nil {
+		return nil
+	}
+	return &specs.LinuxCPU{Shares: cpu.Shares, Quota: cpu.Quota, Period: cpu.Period}
+}
+
+// updateCPU applies new CPU shares and quota live.
+func (c *vmCgroup) updateCPU(cpu *specs.LinuxCPU) error {
+	if err := c.cg.Update(&specs.LinuxResources{CPU: cpuOnly(cpu)}); err != nil {
+		return fmt.Errorf("update VM cgroup %s: %v: %w", c.path, err, errdefs.ErrInternal)
+	}
+	return nil
 }
 
 func (c *vmCgroup) add(pid int) error {

@@ -19,6 +19,8 @@ import (
 	"github.com/containerd/plugin"
 	"github.com/containerd/plugin/registry"
 	"github.com/containerd/ttrpc"
+	"github.com/containerd/typeurl/v2"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/protobuf/types/known/emptypb"
 )
 
@@ -300,8 +302,16 @@ func (s *service) Update(ctx context.Context, r *taskAPI.UpdateTaskRequest) (*em
 	if t.kind == kindSandbox {
 		return &emptypb.Empty{}, nil // pod-level limits are the kubelet's, on the pod cgroup
 	}
-	return nil, fmt.Errorf("task %s: a running VM's vCPUs and memory cannot change; recreate the pod with new limits: %w",
-		r.ID, errdefs.ErrNotImplemented)
+	var res specs.LinuxResources
+	if r.Resources != nil {
+		if err := typeurl.UnmarshalTo(r.Resources, &res); err != nil {
+			return nil, fmt.Errorf("task %s: resources: %v: %w", r.ID, err, errdefs.ErrInvalidArgument)
+		}
+	}
+	if err := t.vm.update(&res); err != nil {
+		return nil, err
+	}
+	return &emptypb.Empty{}, nil
 }
 
 func (s *service) Wait(ctx context.Context, r *taskAPI.WaitRequest) (*taskAPI.WaitResponse, error) {

@@ -19,6 +19,8 @@ import (
 
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
 	"github.com/containerd/containerd/api/types/task"
+	"github.com/containerd/typeurl/v2"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/vmpod/vmpod/internal/testguest"
 )
@@ -189,6 +191,27 @@ func TestShimRunsVMPod(t *testing.T) {
 	stats, err := c.Stats(ctx, &taskAPI.StatsRequest{ID: e.p.vmID})
 	if err != nil || stats.Stats == nil {
 		t.Errorf("Stats = %v, %v", stats, err)
+	}
+	// CPU limits change live; memory cannot.
+	quota, period := int64(50000), uint64(100000)
+	res, err := typeurl.MarshalAnyToProto(&specs.LinuxResources{CPU: &specs.LinuxCPU{Quota: &quota, Period: &period}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Update(ctx, &taskAPI.UpdateTaskRequest{ID: e.p.vmID, Resources: res}); err != nil {
+		t.Errorf("Update cpu: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/cpu", e.p.cgroupParent, e.p.vmID, "cpu.cfs_quota_us")); err != nil ||
+		strings.TrimSpace(string(b)) != "50000" {
+		t.Errorf("cpu.cfs_quota_us = %q, %v; want 50000", b, err)
+	}
+	mem := int64(512 << 20)
+	if res, err = typeurl.MarshalAnyToProto(&specs.LinuxResources{Memory: &specs.LinuxMemory{Limit: &mem}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Update(ctx, &taskAPI.UpdateTaskRequest{ID: e.p.vmID, Resources: res}); err == nil ||
+		!strings.Contains(err.Error(), "memory cannot change") {
+		t.Errorf("Update memory error = %v, want a refusal", err)
 	}
 	if _, err := c.Exec(ctx, &taskAPI.ExecProcessRequest{ID: e.p.vmID, ExecID: "x"}); err == nil ||
 		!strings.Contains(err.Error(), "not supported yet") {

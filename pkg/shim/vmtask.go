@@ -38,6 +38,7 @@ type vmTask struct {
 	rootfs  string // mounted by us; "" if not
 	devices []string
 	cgPath  string // the container's cgroupsPath; "" if none
+	cpu     *specs.LinuxCPU
 	limit   uint64 // QEMU's memory limit: guest RAM plus overhead
 	cgroup  *vmCgroup
 	task    *task
@@ -61,6 +62,9 @@ func createVM(ctx context.Context, p *pod, r *taskAPI.CreateTaskRequest, oci *sp
 	if oci.Linux != nil && filepath.IsAbs(oci.Linux.CgroupsPath) {
 		v.cgPath = oci.Linux.CgroupsPath
 		v.ckpt.Cgroup = v.cgPath
+		if oci.Linux.Resources != nil {
+			v.cpu = oci.Linux.Resources.CPU
+		}
 	}
 	defer func() {
 		if retErr != nil {
@@ -226,7 +230,7 @@ func (v *vmTask) makeDevices(oci *specs.Spec) (map[string]string, error) {
 func (v *vmTask) start(ctx context.Context) (uint32, error) {
 	prepare := func(ctx context.Context, pid int) error {
 		if v.cgPath != "" {
-			cg, err := newVMCgroup(v.cgPath, v.limit)
+			cg, err := newVMCgroup(v.cgPath, v.limit, v.cpu)
 			if err != nil {
 				return err
 			}
@@ -286,6 +290,32 @@ func (v *vmTask) kill(ctx context.Context, sig uint32) error {
 		return fmt.Errorf("signal %d: a VM takes SIGTERM or SIGINT (ACPI power button) and SIGKILL (hard stop): %w",
 			sig, errdefs.ErrInvalidArgument)
 	}
+}
+
+// update applies new resources: CPU shares and quota change live; guest
+// memory and the vCPU count cannot change under a running guest.
+func (v *vmTask) update(r *specs.LinuxResources) error {
+	if r == nil {
+		return nil
+	}
+	if m := r.Memory; m != nil && m.Limit != nil && uint64(*m.Limit)&^(1<<20-1) != v.spec.MemoryBytes {
+		return fmt.Errorf("memory limit %d: a running VM's memory cannot change; recreate the pod: %w",
+			*m.Limit, errdefs.ErrFailedPrecondition)
+	}
+	cpu := r.CPU
+	if cpu == nil {
+		return nil
+	}
+	if cpu.Quota != nil && *cpu.Quota > 0 && cpu.Period != nil && *cpu.Period > 0 {
+		if n := int((uint64(*cpu.Quota) + *cpu.Period - 1) / *cpu.Period); n > v.spec.VCPUs {
+			return fmt.Errorf("cpu limit of %d CPUs: the VM has %d vCPUs, which cannot change while it runs; recreate the pod: %w",
+				n, v.spec.VCPUs, errdefs.ErrFailedPrecondition)
+		}
+	}
+	if v.cgroup == nil {
+		return fmt.Errorf("the VM is not running in a cgroup of its own: %w", errdefs.ErrFailedPrecondition)
+	}
+	return v.cgroup.updateCPU(cpu)
 }
 
 // delete removes the VM and everything createVM and start made.
