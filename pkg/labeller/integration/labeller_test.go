@@ -1,0 +1,164 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"maps"
+	"net/url"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"go.etcd.io/etcd/server/v3/embed"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/storage/storagebackend"
+	"k8s.io/client-go/kubernetes"
+	kubeapiservertesting "k8s.io/kubernetes/cmd/kube-apiserver/app/testing"
+
+	"github.com/vmpod/vmpod/pkg/host"
+	"github.com/vmpod/vmpod/pkg/labeller"
+)
+
+// startEtcd runs a one-member etcd on loopback ports the kernel picks, and
+// returns its client URL. It is stopped and its data removed at cleanup.
+func startEtcd(t *testing.T) string {
+	t.Helper()
+	cfg := embed.NewConfig()
+	cfg.Name = "labeller-test"
+	cfg.Dir = filepath.Join(t.TempDir(), "etcd")
+	cfg.LogLevel = "error"
+	loopback := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{loopback}, []url.URL{loopback}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{loopback}, []url.URL{loopback}
+	cfg.InitialCluster = cfg.Name + "=" + loopback.String()
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		t.Fatalf("etcd: %v", err)
+	}
+	t.Cleanup(e.Close)
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(60 * time.Second):
+		t.Fatal("etcd did not become ready in 60s")
+	}
+	return "http://" + e.Clients[0].Addr().String()
+}
+
+// startAPIServer runs a kube-apiserver on a loopback port over etcdURL.
+func startAPIServer(t *testing.T, etcdURL string) kubernetes.Interface {
+	t.Helper()
+	storage := storagebackend.NewDefaultConfig("/labeller-test", nil)
+	storage.Transport.ServerList = []string{etcdURL}
+	server, err := kubeapiservertesting.StartTestServer(t, kubeapiservertesting.NewDefaultTestServerOptions(),
+		[]string{"--disable-admission-plugins=ServiceAccount,TaintNodesByCondition"}, storage)
+	if err != nil {
+		t.Fatalf("kube-apiserver: %v", err)
+	}
+	t.Cleanup(server.TearDownFn)
+	client, err := kubernetes.NewForConfig(server.ClientConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client
+}
+
+func hostFromGolden(t *testing.T, name string) host.Host {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "host", "testdata", name+".golden.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h host.Host
+	if err := json.Unmarshal(b, &h); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// TestLabellerAgainstAPIServer labels a Node of a real apiserver from a
+// TCG host, then from a KVM host, and checks that its labels follow while
+// every label it does not own stays as it was, including ones that look
+// like its own.
+func TestLabellerAgainstAPIServer(t *testing.T) {
+	client := startAPIServer(t, startEtcd(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	nodes := client.CoreV1().Nodes()
+
+	foreign := map[string]string{
+		"kubernetes.io/hostname":      "vm-node-1",
+		"kubernetes.io/os":            "linux",
+		"example.com/kvm":             "true", // looks like ours, is not
+		"vmpod.io/pool":               "gold", // under the shared prefix, not ours
+		"cpu-model.example.com/x":     "true",
+		"topology.kubernetes.io/zone": "a",
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "vm-node-1", Labels: maps.Clone(foreign)}}
+	if _, err := nodes.Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		err := nodes.Delete(context.Background(), node.Name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("delete node: %v", err)
+		}
+	})
+
+	current := hostFromGolden(t, "tcg-debian12")
+	r := &labeller.Reconciler{
+		Nodes:        nodes,
+		NodeName:     node.Name,
+		Capabilities: func(context.Context) (host.Host, error) { return current, nil },
+	}
+	check := func(what string, h host.Host) {
+		t.Helper()
+		n, err := nodes.Get(ctx, node.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := maps.Clone(foreign)
+		maps.Copy(want, labeller.Labels(h))
+		if diff := cmp.Diff(want, n.Labels); diff != "" {
+			t.Errorf("%s: node labels (-want +got):\n%s", what, diff)
+		}
+	}
+
+	c, err := r.Once(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Set) == 0 || len(c.Remove) != 0 {
+		t.Errorf("first run changed %d set, %d removed; want only sets", len(c.Set), len(c.Remove))
+	}
+	check("TCG host", current)
+	if c, err := r.Once(ctx); err != nil || !c.Empty() {
+		t.Errorf("second run = %+v, %v; want no change", c, err)
+	}
+
+	// Another writer changes a foreign label meanwhile: the labeller's
+	// patch must not put the old value back.
+	foreign["vmpod.io/pool"] = "silver"
+	patch := []byte(`{"metadata":{"labels":{"vmpod.io/pool":"silver"}}}`)
+	if _, err := nodes.Patch(ctx, node.Name, "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	current = hostFromGolden(t, "kvm-example")
+	c, err = r.Once(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Set) == 0 || len(c.Remove) == 0 {
+		t.Errorf("TCG -> KVM changed %d set, %d removed; want both", len(c.Set), len(c.Remove))
+	}
+	check("KVM host", current)
+	for _, k := range c.Remove {
+		if !labeller.Owns(k) {
+			t.Errorf("removed %s, which the labeller does not own", k)
+		}
+	}
+}

@@ -1,0 +1,22 @@
+// Package vmplacement is the VMPlacement kube-scheduler plugin: it places
+// vmpod VM pods (Pods whose runtimeClassName is a vmpod RuntimeClass) on
+// nodes that can run them, and prefers nodes that already hold the VM's
+// disk image and that suit the configured pack or spread strategy.
+//
+//   - PreFilter reads the VM a pod asks for with vmspec.FromPod; pods of
+//     other RuntimeClasses are skipped, so Filter and Score never see them.
+//   - Filter compares that VM with the node labels the vmpod labeller
+//     writes (vmspec.Label*) and checks memory including the VM's real
+//     overhead (vmspec.OverheadFor), counting only what NodeResourcesFit
+//     does not already count.
+//   - Score ranks nodes by disk-image locality and by free memory.
+//
+// docs/scheduler.md describes the filter reasons, the arguments and how
+// memory is counted. cmd/scheduler-plugin builds the plugin into a
+// kube-scheduler.
+//
+// Imports: pkg/vmspec, the Kubernetes API types and apimachinery, and the
+// scheduler framework (k8s.io/kube-scheduler/framework and
+// k8s.io/kubernetes/pkg/scheduler/...). Never pkg/convert, pkg/virt,
+// pkg/vm or pkg/host: the plugin sees a node only through its labels.
+package vmplacement

@@ -1,0 +1,140 @@
+package vmplacement
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/vmpod/vmpod/pkg/vmspec"
+)
+
+// preFilterStateKey is where PreFilter leaves the pod's needs for Filter
+// and Score.
+const preFilterStateKey = "PreFilter" + Name
+
+// ErrReasonInvalidVM prefixes the vmspec error of a VM pod that vmpod
+// cannot run on any node (PreFilter rejects it).
+const ErrReasonInvalidVM = "invalid VM pod: "
+
+// needs is what a VM pod asks of a node: everything Filter and Score read
+// from the pod. It is immutable once built. The fields are exported for
+// SignPod's JSON only.
+type needs struct {
+	Accel       vmspec.Accel
+	CPUModel    string
+	CPUFeatures []string `json:",omitempty"`
+	UEFI        bool
+	Machine     string
+	VCPUs       int
+	// GuestBytes is the guest RAM: limits.memory in whole MiB.
+	GuestBytes int64
+	// CountedBytes is the memory NodeResourcesFit counts for the pod:
+	// its memory requests plus pod.spec.overhead (the RuntimeClass's
+	// overhead.podFixed).
+	CountedBytes int64
+	// Image is the containerdisk, normalized as node.status.images has it.
+	Image string
+}
+
+// Clone returns n itself: needs never change after PreFilter.
+func (n *needs) Clone() fwk.StateData { return n }
+
+// footprint is the memory the VM pod takes on a node: its guest RAM plus
+// the VM's overhead under the node's accelerator, or what NodeResourcesFit
+// counts for it if that is more.
+func (n *needs) footprint(kvm bool) int64 {
+	return max(n.CountedBytes, vmFootprint(n.GuestBytes, n.VCPUs, kvm))
+}
+
+// vmFootprint is guest RAM plus vmspec's overhead model.
+func vmFootprint(guestBytes int64, vcpus int, kvm bool) int64 {
+	return guestBytes + int64(vmspec.OverheadFor(kvm).Bytes(uint64(guestBytes), vcpus))
+}
+
+// needsFor returns the needs of a VM pod, (nil, nil) for a pod the plugin
+// ignores, and an UnschedulableAndUnresolvable status for a VM pod that is
+// not a valid VM.
+func (pl *VMPlacement) needsFor(pod *v1.Pod) (*needs, *fwk.Status) {
+	if !pl.isVMPod(pod) {
+		return nil, nil
+	}
+	spec, err := vmspec.FromPod(pod)
+	if err != nil {
+		// errors.Join puts one problem per line; an event is one line.
+		msg := strings.ReplaceAll(err.Error(), "\n", "; ")
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ErrReasonInvalidVM+msg)
+	}
+	return &needs{
+		Accel:        spec.Accel,
+		CPUModel:     spec.CPU.Model,
+		CPUFeatures:  spec.CPU.Features,
+		UEFI:         spec.Firmware == vmspec.FirmwareUEFI,
+		Machine:      spec.Machine,
+		VCPUs:        spec.VCPUs,
+		GuestBytes:   int64(spec.MemoryBytes),
+		CountedBytes: countedMemory(&framework.PodInfo{Pod: pod}),
+		Image:        normalizedImageName(spec.Image),
+	}, nil
+}
+
+// countedMemory is the memory NodeResourcesFit counts for a pod. It reads
+// the PodInfo's cached resource sum, the same number NodeInfo adds to
+// GetRequested() for the pod, so the two plugins agree on every feature
+// gate (pod-level resources, in-place resize).
+func countedMemory(pi fwk.PodInfo) int64 {
+	return pi.CalculateResource().Resource.GetMemory()
+}
+
+// PreFilter reads the VM the pod asks for. It skips pods that are not VM
+// pods, so that Filter is not called for them.
+func (pl *VMPlacement) PreFilter(_ context.Context, cs fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	n, st := pl.needsFor(pod)
+	if !st.IsSuccess() {
+		return nil, st
+	}
+	if n == nil {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	cs.Write(preFilterStateKey, n)
+	return nil, nil
+}
+
+// PreFilterExtensions returns nil: the needs do not depend on other pods.
+// Filter reads other pods from the NodeInfo it is given, which the
+// framework has already adjusted for nominated pods and preemption victims.
+func (pl *VMPlacement) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
+
+// getPreFilterState returns PreFilter's needs from the cycle state.
+func getPreFilterState(cs fwk.CycleState) (*needs, error) {
+	d, err := cs.Read(preFilterStateKey)
+	if err != nil {
+		return nil, fmt.Errorf("reading %q from cycle state: %w", preFilterStateKey, err)
+	}
+	n, ok := d.(*needs)
+	if !ok {
+		return nil, fmt.Errorf("%q in cycle state is a %T, not *needs", preFilterStateKey, d)
+	}
+	return n, nil
+}
+
+// stateOrNeeds returns PreFilter's needs, or computes them when PreFilter
+// did not run (disabled in the profile, or skipped for this pod).
+func (pl *VMPlacement) stateOrNeeds(cs fwk.CycleState, pod *v1.Pod) (*needs, *fwk.Status) {
+	if n, err := getPreFilterState(cs); err == nil {
+		return n, nil
+	}
+	return pl.needsFor(pod)
+}
+
+// normalizedImageName is the image name as node.status.images lists it:
+// with an explicit tag (the in-tree ImageLocality plugin does the same).
+func normalizedImageName(name string) string {
+	if strings.LastIndex(name, ":") <= strings.LastIndex(name, "/") {
+		name += ":latest"
+	}
+	return name
+}

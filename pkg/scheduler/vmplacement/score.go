@@ -1,0 +1,89 @@
+package vmplacement
+
+import (
+	"context"
+
+	v1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/helper"
+)
+
+// imageSizeCap is the image size at which locality scores in full: pulling
+// a gigabyte costs a VM start far more than anything else here, and a
+// bigger image is not worth proportionally more.
+const imageSizeCap int64 = 1 << 30
+
+// PreScore skips pods that are not VM pods, so Score is not called for
+// them, and fills in PreFilter's state when PreFilter did not run.
+func (pl *VMPlacement) PreScore(_ context.Context, cs fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) *fwk.Status {
+	n, st := pl.stateOrNeeds(cs, pod)
+	if !st.IsSuccess() {
+		return fwk.AsStatus(st.AsError())
+	}
+	if n == nil {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	cs.Write(preFilterStateKey, n)
+	return nil
+}
+
+// Score is the weighted sum of the image-locality and the strategy score
+// of the node, each 0..MaxNodeScore; NormalizeScore scales the sums back
+// to 0..MaxNodeScore.
+func (pl *VMPlacement) Score(_ context.Context, cs fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
+	n, st := pl.stateOrNeeds(cs, pod)
+	if !st.IsSuccess() {
+		return 0, fwk.AsStatus(st.AsError())
+	}
+	if n == nil {
+		return 0, nil
+	}
+	var score int64
+	if w := *pl.args.ImageLocalityWeight; w > 0 {
+		score += w * imageScore(n.Image, nodeInfo)
+	}
+	if w := *pl.args.StrategyWeight; w > 0 {
+		score += w * pl.strategyScore(n, nodeInfo)
+	}
+	return score, nil
+}
+
+// imageScore is MaxNodeScore when the node holds the image and it is at
+// least imageSizeCap big, proportionally less for a smaller image, and 0
+// when the node does not hold it.
+func imageScore(image string, nodeInfo fwk.NodeInfo) int64 {
+	st, ok := nodeInfo.GetImageStates()[image]
+	if !ok {
+		return 0
+	}
+	return fwk.MaxNodeScore * min(max(st.Size, 0), imageSizeCap) / imageSizeCap
+}
+
+// strategyScore is the share of the node's allocatable memory left free
+// once the VM is placed (spread), or the share in use (pack), in
+// 0..MaxNodeScore.
+func (pl *VMPlacement) strategyScore(n *needs, nodeInfo fwk.NodeInfo) int64 {
+	alloc := nodeInfo.GetAllocatable().GetMemory()
+	if alloc <= 0 {
+		return 0
+	}
+	kvm := runsUnderKVM(n.Accel, nodeInfo.Node())
+	free := alloc - pl.usedMemory(nodeInfo) - n.footprint(kvm)
+	free = min(max(free, 0), alloc)
+	share := fwk.MaxNodeScore * free / alloc
+	if pl.args.Strategy == StrategyPack {
+		return fwk.MaxNodeScore - share
+	}
+	return share
+}
+
+// ScoreExtensions returns the plugin: it normalizes its scores.
+func (pl *VMPlacement) ScoreExtensions() fwk.ScoreExtensions { return pl }
+
+// NormalizeScore scales the scores so that the best node gets
+// MaxNodeScore and the others keep their proportion to it. The plugin's
+// weight in the profile then decides how much it counts against other
+// score plugins, however full the cluster is.
+func (pl *VMPlacement) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
+	return helper.DefaultNormalizeScore(fwk.MaxNodeScore, false, scores)
+}

@@ -1,0 +1,110 @@
+package vmspec_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/vmpod/vmpod/pkg/vmspec"
+)
+
+const mib = 1 << 20
+
+func TestOverheadBytes(t *testing.T) {
+	o := vmspec.Overhead{FixedBytes: 100 * mib, PerGuestGiBBytes: 3 * mib, PerVCPUBytes: 2 * mib}
+	tests := []struct {
+		name  string
+		o     vmspec.Overhead
+		guest uint64
+		vcpus int
+		want  uint64
+	}{
+		{"fixed only", o, 0, 0, 100 * mib},
+		{"1 GiB, 1 vCPU", o, 1 << 30, 1, 105 * mib},
+		{"2 GiB, 2 vCPUs", o, 2 << 30, 2, 110 * mib},
+		// 3 MiB/GiB of 256 MiB is 0.75 MiB: rounded up to whole MiB.
+		{"256 MiB rounds up", o, 256 * mib, 1, 103 * mib},
+		{"a byte of guest rounds up to a MiB", o, 1, 0, 101 * mib},
+		{"negative vCPUs count as none", o, 1 << 30, -4, 103 * mib},
+		{"unaligned fixed rounds up", vmspec.Overhead{FixedBytes: 1}, 0, 0, 1 * mib},
+		{"zero model", vmspec.Overhead{}, 64 << 30, 64, 0},
+		{"1 TiB guest", o, 1 << 40, 64, (100 + 3*1024 + 2*64) * mib},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.o.Bytes(tt.guest, tt.vcpus); got != tt.want {
+				t.Errorf("Bytes(%d, %d) = %d MiB + %d, want %d MiB", tt.guest, tt.vcpus, got/mib, got%mib, tt.want/mib)
+			}
+		})
+	}
+}
+
+// TestOverheadModels checks the calibrated constants for what the rest of
+// vmpod relies on: KVM costs less than TCG where it lacks the translation
+// buffer, both grow with the VM, and the RuntimeClass's recommended
+// overhead.podFixed covers every VM up to its envelope.
+func TestOverheadModels(t *testing.T) {
+	tcg, kvm := vmspec.OverheadFor(false), vmspec.OverheadFor(true)
+	if tcg != vmspec.OverheadTCG || kvm != vmspec.OverheadKVM {
+		t.Fatal("OverheadFor does not pick the accelerator's model")
+	}
+	if kvm.FixedBytes >= tcg.FixedBytes {
+		t.Errorf("KVM fixed %d MiB >= TCG fixed %d MiB: TCG has a translation buffer on top", kvm.FixedBytes/mib, tcg.FixedBytes/mib)
+	}
+	for _, o := range []vmspec.Overhead{tcg, kvm} {
+		if o.FixedBytes == 0 || o.PerGuestGiBBytes == 0 || o.PerVCPUBytes == 0 {
+			t.Errorf("%+v: every part of a VM's overhead is above zero", o)
+		}
+	}
+
+	podFixed := vmspec.RecommendedPodFixedBytes()
+	if podFixed%(16*mib) != 0 {
+		t.Errorf("RecommendedPodFixedBytes = %d, want whole 16 MiB", podFixed)
+	}
+	for _, o := range []vmspec.Overhead{tcg, kvm} {
+		if need := o.Bytes(vmspec.PodFixedMaxGuestBytes, vmspec.PodFixedMaxVCPUs); need > podFixed {
+			t.Errorf("the largest covered VM needs %d MiB, podFixed is %d MiB", need/mib, podFixed/mib)
+		}
+	}
+	if got := vmspec.PodFixedFor(vmspec.PodFixedMaxGuestBytes, vmspec.PodFixedMaxVCPUs); got != podFixed {
+		t.Errorf("PodFixedFor(envelope) = %d MiB, RecommendedPodFixedBytes = %d MiB", got/mib, podFixed/mib)
+	}
+	if big := vmspec.PodFixedFor(64<<30, 32); big <= podFixed {
+		t.Errorf("PodFixedFor(64 GiB, 32) = %d MiB, not above the default %d MiB", big/mib, podFixed/mib)
+	}
+}
+
+func TestCheckPodLimit(t *testing.T) {
+	o := vmspec.Overhead{FixedBytes: 100 * mib, PerGuestGiBBytes: 3 * mib, PerVCPUBytes: 2 * mib}
+	guest := uint64(1 << 30) // overhead with 1 vCPU: 105 MiB
+	tests := []struct {
+		name    string
+		limit   uint64
+		wantErr string
+	}{
+		{"no limit", 0, ""},
+		{"exactly enough", guest + 105*mib, ""},
+		{"more than enough", guest + 256*mib, ""},
+		{"a MiB short", guest + 104*mib,
+			"pod memory limit 1128 MiB cannot hold the VM: 1024 MiB guest RAM + 105 MiB overhead (1 vCPUs) = 1129 MiB; " +
+				"the RuntimeClass's overhead.podFixed memory must be at least 105 MiB for this VM"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := o.CheckPodLimit(tt.limit, guest, 1)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("CheckPodLimit: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("CheckPodLimit = %v, want an error containing %q", err, tt.wantErr)
+			}
+			if !errdefs.IsFailedPrecondition(err) {
+				t.Errorf("CheckPodLimit error is not FailedPrecondition: %v", err)
+			}
+		})
+	}
+}

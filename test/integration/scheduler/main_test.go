@@ -1,0 +1,24 @@
+package scheduler
+
+import (
+	"flag"
+	"io"
+	"os"
+	"testing"
+
+	"k8s.io/klog/v2"
+)
+
+// TestMain keeps the apiserver's and scheduler's klog output to errors:
+// at info level they log thousands of lines per test.
+func TestMain(m *testing.M) {
+	fs := flag.NewFlagSet("klog", flag.ExitOnError)
+	klog.InitFlags(fs)
+	for k, v := range map[string]string{"logtostderr": "false", "alsologtostderr": "false", "stderrthreshold": "ERROR"} {
+		if err := fs.Set(k, v); err != nil {
+			panic(err)
+		}
+	}
+	klog.SetOutput(io.Discard)
+	os.Exit(m.Run())
+}
