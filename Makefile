@@ -45,6 +45,8 @@ bench: deps guest
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/convert
 	$(GO) test -run '^$$' -bench BenchmarkBoot -benchtime 3x ./pkg/vm
 	$(GO) test -run '^$$' -bench BenchmarkShim -benchtime 3x ./pkg/shim
+	$(GO) test -run '^$$' -bench BenchmarkFilterScore -benchmem ./pkg/scheduler/vmplacement
+	$(GO) test -run '^$$' -bench BenchmarkSchedulingThroughput -benchtime 1x ./test/integration/scheduler
 
 clean:
 	rm -rf $(OUT)/bin

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/containerd/cgroups/v3"
@@ -129,6 +131,21 @@ func (c *vmCgroup) remove() error {
 		return fmt.Errorf("remove VM cgroup %s: %w", c.path, err)
 	}
 	return nil
+}
+
+// memoryLimit reads the memory limit of the cgroup at p in the v1 memory
+// hierarchy; 0 when it has none (the kernel's "unlimited" is a huge number)
+// or the cgroup does not exist.
+func memoryLimit(p string) uint64 {
+	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory", p, "memory.limit_in_bytes"))
+	if err != nil {
+		return 0
+	}
+	v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil || v >= 1<<62 {
+		return 0
+	}
+	return v
 }
 
 // removeCgroupPath deletes a cgroup by path if it exists (the delete

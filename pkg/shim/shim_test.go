@@ -414,3 +414,41 @@ func pssKiB(t testing.TB, pid int) int {
 	t.Fatalf("no Pss in smaps_rollup of %d", pid)
 	return 0
 }
+
+// TestShimRefusesVMBeyondPodLimit: the pod cgroup's limit (pod limits plus
+// the RuntimeClass overhead) must hold the guest and its overhead; a VM
+// that does not fit is refused at Create, naming the podFixed it needs,
+// and leaves nothing behind.
+func TestShimRefusesVMBeyondPodLimit(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e := newPodEnv(t)
+	mem := filepath.Join("/sys/fs/cgroup/memory", e.p.cgroupParent)
+	if err := os.MkdirAll(mem, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// 256 MiB of guest with no room for QEMU.
+	if err := os.WriteFile(filepath.Join(mem, "memory.limit_in_bytes"), []byte("300M"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr := e.env.start(t, e.p.sandboxID, e.p.sandboxBundle)
+	c := dial(t, addr)
+	if _, err := c.Create(ctx, &taskAPI.CreateTaskRequest{ID: e.p.sandboxID, Bundle: e.p.sandboxBundle}); err != nil {
+		t.Fatal(err)
+	}
+	e.env.start(t, e.p.vmID, e.p.vmBundle)
+	_, err := c.Create(ctx, &taskAPI.CreateTaskRequest{ID: e.p.vmID, Bundle: e.p.vmBundle})
+	if err == nil || !strings.Contains(err.Error(), "podFixed") {
+		t.Fatalf("Create VM in a pod limited to 300M: error %v, want a refusal naming podFixed", err)
+	}
+	e.env.delete(t, e.p.vmID, e.p.vmBundle)
+	if _, err := c.Kill(ctx, &taskAPI.KillRequest{ID: e.p.sandboxID, Signal: uint32(syscall.SIGKILL)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Delete(ctx, &taskAPI.DeleteRequest{ID: e.p.sandboxID}); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = c.Shutdown(ctx, &taskAPI.ShutdownRequest{ID: e.p.sandboxID})
+	e.env.delete(t, e.p.sandboxID, e.p.sandboxBundle)
+	e.assertClean(t)
+}

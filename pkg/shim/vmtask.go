@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"time"
 
@@ -64,6 +65,14 @@ func createVM(ctx context.Context, p *pod, r *taskAPI.CreateTaskRequest, oci *sp
 		v.ckpt.Cgroup = v.cgPath
 		if oci.Linux.Resources != nil {
 			v.cpu = oci.Linux.Resources.CPU
+		}
+	}
+	// The kubelet set the pod cgroup's limit to the pod's limits plus the
+	// RuntimeClass overhead; a VM that cannot fit its overhead in it would
+	// be OOM-killed at some point of its life, so it is refused now.
+	if v.cgPath != "" {
+		if err := overheadModel(spec, h).CheckPodLimit(memoryLimit(path.Dir(v.cgPath)), spec.MemoryBytes, spec.VCPUs); err != nil {
+			return nil, err
 		}
 	}
 	defer func() {
@@ -145,10 +154,14 @@ func (v *vmTask) writeSeed(oci *specs.Spec) error {
 	return nil
 }
 
+// overheadModel is the overhead model of the accelerator the VM will use.
+func overheadModel(s vmspec.Spec, h host.Host) vmspec.Overhead {
+	return vmspec.OverheadFor(s.Accel != vmspec.AccelTCG && h.HasAccel(host.AccelKVM))
+}
+
 // overhead is what QEMU and the shim cost beyond the guest's RAM on this node.
 func overhead(s vmspec.Spec, h host.Host) uint64 {
-	kvm := s.Accel != vmspec.AccelTCG && h.HasAccel(host.AccelKVM)
-	return vmspec.OverheadFor(kvm).Bytes(s.MemoryBytes, s.VCPUs)
+	return overheadModel(s, h).Bytes(s.MemoryBytes, s.VCPUs)
 }
 
 // attachNetwork gives the guest the pod interface's identity. It refuses
