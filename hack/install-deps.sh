@@ -9,7 +9,7 @@ packages=(
   # the embedded QEMU driver, virt-xml-validate, QEMU itself
   libvirt-daemon-driver-qemu libvirt-clients libxml2-utils qemu-system-x86 qemu-utils qemu-system-data ovmf
   # test guest: busybox initramfs, kernel extraction, disk image
-  busybox-static cpio xz-utils zstd e2fsprogs kmod
+  busybox-static cpio xz-utils zstd e2fsprogs kmod socat
   # containerd tests: runc for plain pods, CNI plugins, nsenter/unshare
   runc containernetworking-plugins util-linux
   # reads back the cloud-init seed in tests (an independent ISO 9660 reader)
