@@ -41,14 +41,16 @@ func (pl *VMPlacement) isSchedulableAfterNodeChange(logger klog.Logger, pod *v1.
 		// Invalid on every node, or not a pod this plugin rejects.
 		return fwk.QueueSkip, nil
 	}
-	if _, reason := n.fitsLabels(newNode.Labels); reason != "" {
+	newCaps := capsOf(newNode.Labels)
+	if _, reason := n.fits(&newCaps); reason != "" {
 		logger.V(5).Info("Node cannot run the VM", "pod", klog.KObj(pod), "node", klog.KObj(newNode), "reason", reason)
 		return fwk.QueueSkip, nil
 	}
 	if oldNode == nil {
 		return fwk.Queue, nil
 	}
-	if _, reason := n.fitsLabels(oldNode.Labels); reason != "" {
+	oldCaps := capsOf(oldNode.Labels)
+	if _, reason := n.fits(&oldCaps); reason != "" {
 		return fwk.Queue, nil
 	}
 	oldMem, newMem := oldNode.Status.Allocatable[v1.ResourceMemory], newNode.Status.Allocatable[v1.ResourceMemory]

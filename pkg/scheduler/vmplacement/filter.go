@@ -2,7 +2,6 @@ package vmplacement
 
 import (
 	"context"
-	"strconv"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -48,100 +47,82 @@ func (pl *VMPlacement) Filter(_ context.Context, cs fwk.CycleState, pod *v1.Pod,
 	if n == nil {
 		return nil
 	}
-	node := nodeInfo.Node()
-	if node == nil {
+	if nodeInfo.Node() == nil {
 		return fwk.NewStatus(fwk.Error, "node not found")
 	}
-	kvm, reason := n.fitsLabels(node.Labels)
+	s := pl.nodeState(nodeInfo)
+	kvm, reason := n.fits(&s.caps)
 	if reason != "" {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason)
 	}
-	free := nodeInfo.GetAllocatable().GetMemory() - pl.usedMemory(nodeInfo)
-	if n.footprint(kvm) > free {
+	if n.footprint(kvm) > nodeInfo.GetAllocatable().GetMemory()-usedMemory(nodeInfo, s) {
 		return fwk.NewStatus(fwk.Unschedulable, ErrReasonMemory)
 	}
 	return nil
 }
 
-// fitsLabels checks the VM against a node's labels. It returns whether the
+// fits checks the VM against what a node can run. It returns whether the
 // VM would run under KVM there, or the reason it cannot run there at all.
 // It follows what pkg/convert does with the same facts from pkg/host, so
 // that a pod the scheduler places is a pod the node's runtime accepts.
-func (n *needs) fitsLabels(labels map[string]string) (kvm bool, reason string) {
-	is := func(key string) bool { return labels[key] == "true" }
-	if !is(vmspec.LabelRuntime) {
+func (n *needs) fits(c *caps) (kvm bool, reason string) {
+	if !c.runtime {
 		return false, ErrReasonNoRuntime
 	}
 
 	switch n.Accel {
 	case vmspec.AccelKVM:
-		if !is(vmspec.LabelKVM) {
+		if !c.kvm {
 			return false, ErrReasonNoKVM
 		}
-		kvm = true
 	case vmspec.AccelTCG:
-		if !is(vmspec.LabelTCG) {
+		if !c.tcg {
 			return false, ErrReasonNoTCG
 		}
 	default: // auto
-		kvm = is(vmspec.LabelKVM)
-		if !kvm && !is(vmspec.LabelTCG) {
+		if !c.kvm && !c.tcg {
 			return false, ErrReasonNoAccel
 		}
 	}
+	kvm = c.runsUnderKVM(n.Accel)
 
 	switch n.CPUModel {
 	case vmspec.CPUModelAuto:
 		// host-passthrough under KVM, QEMU's default model under TCG.
-		if kvm && !is(vmspec.LabelHostPassthrough) {
+		if kvm && !c.hostPassthrough {
 			return kvm, ErrReasonHostPassthrough
 		}
 	case vmspec.CPUModelHostPassthrough:
-		if !kvm || !is(vmspec.LabelHostPassthrough) {
+		if !kvm || !c.hostPassthrough {
 			return kvm, ErrReasonHostPassthrough
 		}
 	case vmspec.CPUModelHostModel:
-		if labels[vmspec.LabelHostCPUModel] == "" {
+		if !c.hostModel {
 			return kvm, ErrReasonHostModel
 		}
 	default:
-		if !is(vmspec.LabelCPUModelPrefix + n.CPUModel) {
+		if !c.has(n.keys.cpuModel) {
 			return kvm, ErrReasonCPUModelPrefix + n.CPUModel
 		}
 	}
 	var missing []string
-	for _, f := range n.CPUFeatures {
-		if !is(vmspec.LabelCPUFeaturePrefix + f) {
-			missing = append(missing, f)
+	for i, key := range n.keys.cpuFeatures {
+		if !c.has(key) {
+			missing = append(missing, n.CPUFeatures[i])
 		}
 	}
 	if len(missing) > 0 {
 		return kvm, ErrReasonCPUFeaturesPrefix + strings.Join(missing, ",")
 	}
 
-	if n.UEFI && !is(vmspec.LabelUEFI) {
+	if n.UEFI && !c.uefi {
 		return kvm, ErrReasonNoUEFI
 	}
-	if !is(vmspec.LabelMachinePrefix + n.Machine) {
+	if !c.has(n.keys.machine) {
 		return kvm, ErrReasonMachinePrefix + n.Machine
 	}
-	// An absent or malformed limit is not enforced: the labeller leaves
-	// it out when libvirt does not say, and vmspec caps vCPUs anyway.
-	if maxVCPUs, err := strconv.Atoi(labels[vmspec.LabelMaxVCPUs]); err == nil && maxVCPUs > 0 && n.VCPUs > maxVCPUs {
+	if c.maxVCPUs > 0 && n.VCPUs > c.maxVCPUs {
 		return kvm, ErrReasonTooManyVCPUs
 	}
 	return kvm, ""
-}
-
-// runsUnderKVM reports whether a VM with that accelerator policy runs
-// under KVM on the node (the node's runtime resolves auto the same way).
-func runsUnderKVM(accel vmspec.Accel, node *v1.Node) bool {
-	switch accel {
-	case vmspec.AccelKVM:
-		return true
-	case vmspec.AccelTCG:
-		return false
-	default:
-		return node.Labels[vmspec.LabelKVM] == "true"
-	}
 }

@@ -16,10 +16,9 @@ const Name = "VMPlacement"
 
 // VMPlacement filters and scores nodes for VM pods.
 type VMPlacement struct {
-	handle fwk.Handle
-	args   VMPlacementArgs
-	// extra caches each node's memory beyond NodeResourcesFit's count.
-	extra extraCache
+	args VMPlacementArgs
+	// nodes caches what the plugin reads from each node.
+	nodes nodeStates
 }
 
 var (
@@ -33,7 +32,9 @@ var (
 )
 
 // New builds the plugin from its pluginConfig args (nil for all defaults).
-func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+// It needs nothing from the framework handle: Filter and Score read the
+// NodeInfo they are given.
+func New(_ context.Context, obj runtime.Object, _ fwk.Handle) (fwk.Plugin, error) {
 	args, err := decodeArgs(obj)
 	if err != nil {
 		return nil, fmt.Errorf("%s args: %w", Name, err)
@@ -41,7 +42,7 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error
 	if err := ValidateAndDefault(&args); err != nil {
 		return nil, fmt.Errorf("%s args: %w", Name, err)
 	}
-	return &VMPlacement{handle: h, args: args}, nil
+	return &VMPlacement{args: args}, nil
 }
 
 // Name returns the plugin's name.

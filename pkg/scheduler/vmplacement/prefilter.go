@@ -38,6 +38,12 @@ type needs struct {
 	CountedBytes int64
 	// Image is the containerdisk, normalized as node.status.images has it.
 	Image string
+
+	// keys are the node labels Filter looks up, built once per pod.
+	keys struct {
+		cpuModel, machine string
+		cpuFeatures       []string
+	}
 }
 
 // Clone returns n itself: needs never change after PreFilter.
@@ -48,11 +54,6 @@ func (n *needs) Clone() fwk.StateData { return n }
 // counts for it if that is more.
 func (n *needs) footprint(kvm bool) int64 {
 	return max(n.CountedBytes, vmFootprint(n.GuestBytes, n.VCPUs, kvm))
-}
-
-// vmFootprint is guest RAM plus vmspec's overhead model.
-func vmFootprint(guestBytes int64, vcpus int, kvm bool) int64 {
-	return guestBytes + int64(vmspec.OverheadFor(kvm).Bytes(uint64(guestBytes), vcpus))
 }
 
 // needsFor returns the needs of a VM pod, (nil, nil) for a pod the plugin
@@ -68,7 +69,7 @@ func (pl *VMPlacement) needsFor(pod *v1.Pod) (*needs, *fwk.Status) {
 		msg := strings.ReplaceAll(err.Error(), "\n", "; ")
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ErrReasonInvalidVM+msg)
 	}
-	return &needs{
+	n := &needs{
 		Accel:        spec.Accel,
 		CPUModel:     spec.CPU.Model,
 		CPUFeatures:  spec.CPU.Features,
@@ -78,7 +79,13 @@ func (pl *VMPlacement) needsFor(pod *v1.Pod) (*needs, *fwk.Status) {
 		GuestBytes:   int64(spec.MemoryBytes),
 		CountedBytes: countedMemory(&framework.PodInfo{Pod: pod}),
 		Image:        normalizedImageName(spec.Image),
-	}, nil
+	}
+	n.keys.cpuModel = vmspec.LabelCPUModelPrefix + n.CPUModel
+	n.keys.machine = vmspec.LabelMachinePrefix + n.Machine
+	for _, f := range n.CPUFeatures {
+		n.keys.cpuFeatures = append(n.keys.cpuFeatures, vmspec.LabelCPUFeaturePrefix+f)
+	}
+	return n, nil
 }
 
 // countedMemory is the memory NodeResourcesFit counts for a pod. It reads

@@ -38,6 +38,9 @@ func (pl *VMPlacement) Score(_ context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	if n == nil {
 		return 0, nil
 	}
+	if nodeInfo.Node() == nil {
+		return 0, fwk.NewStatus(fwk.Error, "node not found")
+	}
 	var score int64
 	if w := *pl.args.ImageLocalityWeight; w > 0 {
 		score += w * imageScore(n.Image, nodeInfo)
@@ -67,8 +70,8 @@ func (pl *VMPlacement) strategyScore(n *needs, nodeInfo fwk.NodeInfo) int64 {
 	if alloc <= 0 {
 		return 0
 	}
-	kvm := runsUnderKVM(n.Accel, nodeInfo.Node())
-	free := alloc - pl.usedMemory(nodeInfo) - n.footprint(kvm)
+	s := pl.nodeState(nodeInfo)
+	free := alloc - usedMemory(nodeInfo, s) - n.footprint(s.caps.runsUnderKVM(n.Accel))
 	free = min(max(free, 0), alloc)
 	share := fwk.MaxNodeScore * free / alloc
 	if pl.args.Strategy == StrategyPack {

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/informers"
 	clientset "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/component-base/metrics/legacyregistry"
 
 	"github.com/vmpod/vmpod/pkg/vmspec"
 	"github.com/vmpod/vmpod/pkg/vmspec/vmspectest"
@@ -51,31 +52,49 @@ const (
 // BenchmarkSchedulingThroughput schedules 1,000 VM pods onto 1,000 nodes
 // through a real kube-apiserver and kube-scheduler in this process, with
 // the default plugins and with VMPlacement added, and prints pods/s for
-// both and their ratio. The whole comparison is one iteration; run it with
-// -benchtime 1x:
+// both and their ratio, for two workloads:
+//
+//   - identical: 1,000 pods asking for the same VM (a Deployment of VMs);
+//   - mixed: four kinds of VM (accel auto or kvm, a named CPU model, a
+//     CPU feature) interleaved.
+//
+// Each comparison is one iteration; run it with -benchtime 1x:
 //
 //	go test -run '^$' -bench '^BenchmarkSchedulingThroughput$' -benchtime 1x -timeout 30m ./test/integration/scheduler
 //
 // Each run creates its 1,000 pods before its scheduler starts, measures
 // from the first binding to the last (informer sync and start-up
 // excluded), then deletes the pods, so every run sees the same empty
-// nodes. The profiles run in the order A B B A, so that drift in the
-// machine's load during the benchmark falls on both alike.
+// nodes. Next to pods/s it prints the scheduler's own filter-and-score
+// time per pod (scheduling_algorithm_duration_seconds), which the API
+// round trips of binding do not blur. The profiles run in the order A B B A, so that drift in the
+// machine's load falls on both alike.
 func BenchmarkSchedulingThroughput(b *testing.B) {
 	cp := startControlPlane(b)
 	createBenchCluster(b, cp.client)
+	for _, mix := range []struct {
+		name  string
+		kinds int
+	}{{"identical", 1}, {"mixed", 4}} {
+		b.Run(mix.name, func(b *testing.B) { benchProfiles(b, cp, mix.name, mix.kinds) })
+	}
+}
 
+func benchProfiles(b *testing.B, cp *controlPlane, mix string, kinds int) {
 	type profile struct{ name, scheduler, yaml string }
 	def := profile{"default plugins", "bench-default", benchProfileDefault}
 	vmp := profile{"default plugins + VMPlacement", "bench-vmplacement", benchProfileVMPlacement}
 	runs := map[string][]time.Duration{}
+	algorithm := map[string]time.Duration{} // summed over the profile's runs
 	for i, p := range []profile{def, vmp, vmp, def} {
-		scheduler := fmt.Sprintf("%s-%d", p.scheduler, i)
-		createBenchPods(b, cp.client, scheduler)
+		scheduler := fmt.Sprintf("%s-%s-%d", p.scheduler, mix, i)
+		createBenchPods(b, cp.client, scheduler, kinds)
 		bound := watchBindings(b, cp.client, scheduler)
+		algorithmBefore := algorithmTime(b)
 		stop := cp.startScheduler(b, strings.Replace(p.yaml, p.scheduler, scheduler, 1))
 		first, last := bound.waitAll(b, benchPods)
 		stop()
+		algorithm[p.name] += algorithmTime(b) - algorithmBefore
 		deleteBenchPods(b, cp.client, scheduler)
 		runs[p.name] = append(runs[p.name], last.Sub(first))
 	}
@@ -89,19 +108,42 @@ func BenchmarkSchedulingThroughput(b *testing.B) {
 	}
 	without, with := rate(runs[def.name]...), rate(runs[vmp.name]...)
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "\n%d VM pods onto %d nodes\tpods/s\truns (first to last binding)\t\n", benchPods, benchNodes)
+	perPod := func(p profile) time.Duration { return algorithm[p.name] / time.Duration(len(runs[p.name])*benchPods) }
+	fmt.Fprintf(w, "\n%d %s VM pods onto %d nodes\tpods/s\talgorithm/pod\truns (first to last binding)\t\n", benchPods, mix, benchNodes)
 	for _, p := range []profile{def, vmp} {
 		var ds []string
 		for _, d := range runs[p.name] {
 			ds = append(ds, fmt.Sprintf("%.0f pods/s in %v", rate(d), d.Round(time.Millisecond)))
 		}
-		fmt.Fprintf(w, "%s\t%.0f\t%s\t\n", p.name, rate(runs[p.name]...), strings.Join(ds, ", "))
+		fmt.Fprintf(w, "%s\t%.0f\t%v\t%s\t\n", p.name, rate(runs[p.name]...), perPod(p).Round(10*time.Microsecond), strings.Join(ds, ", "))
 	}
-	fmt.Fprintf(w, "ratio (with / without VMPlacement)\t%.2f\t\t\n", with/without)
+	fmt.Fprintf(w, "ratio (with / without VMPlacement)\t%.2f\t%.2f\t\t\n", with/without, float64(perPod(vmp))/float64(perPod(def)))
 	w.Flush()
 	b.ReportMetric(without, "pods/s-default")
 	b.ReportMetric(with, "pods/s-vmplacement")
 	b.ReportMetric(with/without, "ratio")
+	b.ReportMetric(float64(perPod(def).Microseconds()), "µs-algorithm/pod-default")
+	b.ReportMetric(float64(perPod(vmp).Microseconds()), "µs-algorithm/pod-vmplacement")
+}
+
+// algorithmTime is the scheduler's scheduling_algorithm_duration_seconds
+// sum so far: the time spent filtering and scoring, without binding and
+// the API round trips that dominate pods/s.
+func algorithmTime(b *testing.B) time.Duration {
+	mfs, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "scheduler_scheduling_algorithm_duration_seconds" {
+			var sum float64
+			for _, m := range mf.GetMetric() {
+				sum += m.GetHistogram().GetSampleSum()
+			}
+			return time.Duration(sum * float64(time.Second))
+		}
+	}
+	return 0
 }
 
 // createBenchCluster creates the namespace, the vmpod RuntimeClass and
@@ -133,17 +175,17 @@ func createBenchCluster(b *testing.B, c clientset.Interface) {
 
 var benchModels = []string{"Skylake-Client", "Cascadelake-Server", "EPYC", "Icelake-Server"}
 
-// createBenchPods creates benchPods VM pods for the scheduler: 1 vCPU,
-// 1 GiB, a quarter requiring KVM, a quarter a named CPU model, some with
-// CPU features.
-func createBenchPods(b *testing.B, c clientset.Interface, scheduler string) {
+// createBenchPods creates benchPods VM pods for the scheduler, 1 vCPU and
+// 1 GiB each, of kinds (1 to 4) kinds in turn: accel auto; accel kvm; CPU
+// model EPYC (a quarter of the nodes); CPU feature avx2.
+func createBenchPods(b *testing.B, c clientset.Interface, scheduler string, kinds int) {
 	parallel(b, benchPods, func(ctx context.Context, i int) error {
 		p := vmspectest.MakePod(fmt.Sprintf("%s-%04d", scheduler, i)).Namespace(namespace).CPU("1").Memory("1Gi")
-		switch i % 4 {
+		switch i % kinds {
 		case 1:
 			p.Annotation(vmspec.AnnotationAccel, "kvm")
 		case 2:
-			p.Annotation(vmspec.AnnotationCPUModel, benchModels[i%len(benchModels)])
+			p.Annotation(vmspec.AnnotationCPUModel, "EPYC")
 		case 3:
 			p.Annotation(vmspec.AnnotationCPUFeatures, "avx2")
 		}

@@ -1,0 +1,48 @@
+package vmplacement
+
+import (
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/vmpod/vmpod/pkg/vmspec"
+)
+
+// Memory, as this plugin counts it (docs/scheduler.md):
+//
+//	counted(p)   = p's memory requests + p.spec.overhead   (what NodeResourcesFit counts)
+//	footprint(p) = guest RAM (limits.memory) + vmspec overhead(guest RAM, vCPUs, accelerator)
+//	extra(p)     = max(0, footprint(p) - counted(p))        for a VM pod, 0 for any other pod
+//
+// and a VM pod fits a node when
+//
+//	allocatable - Σ counted(pods on node) - Σ extra(pods on node) >= max(counted(pod), footprint(pod)).
+//
+// NodeResourcesFit still checks requests alone; this is the stricter check
+// on top, never a second count of the same bytes.
+
+// vmFootprint is guest RAM plus vmspec's overhead model.
+func vmFootprint(guestBytes int64, vcpus int, kvm bool) int64 {
+	return guestBytes + int64(vmspec.OverheadFor(kvm).Bytes(uint64(guestBytes), vcpus))
+}
+
+// usedMemory is the memory the node's pods take: NodeResourcesFit's count
+// (NodeInfo.GetRequested, which includes pod overhead) plus each VM pod's
+// extra.
+func usedMemory(ni fwk.NodeInfo, s *nodeState) int64 {
+	return ni.GetRequested().GetMemory() + s.extraBytes
+}
+
+// podExtra is the memory a pod on the node takes beyond NodeResourcesFit's
+// count of it: 0 unless it is a valid VM pod (the runtime refuses an
+// invalid one, so it never starts a VM).
+func (pl *VMPlacement) podExtra(pi fwk.PodInfo, c *caps) int64 {
+	pod := pi.GetPod()
+	if !pl.isVMPod(pod) {
+		return 0
+	}
+	spec, err := vmspec.FromPod(pod)
+	if err != nil {
+		return 0
+	}
+	fp := vmFootprint(int64(spec.MemoryBytes), spec.VCPUs, c.runsUnderKVM(spec.Accel))
+	return max(0, fp-countedMemory(pi))
+}
