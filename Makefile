@@ -46,7 +46,7 @@ bench: deps guest
 	$(GO) test -run '^$$' -bench BenchmarkBoot -benchtime 3x ./pkg/vm
 	$(GO) test -run '^$$' -bench BenchmarkShim -benchtime 3x ./pkg/shim
 	$(GO) test -run '^$$' -bench BenchmarkFilterScore -benchmem ./pkg/scheduler/vmplacement
-	$(GO) test -run '^$$' -bench BenchmarkSchedulingThroughput -benchtime 1x ./test/integration/scheduler
+	$(GO) test -run '^$$' -bench BenchmarkSchedulingThroughput -benchtime 1x -timeout 30m ./test/integration/scheduler
 
 clean:
 	rm -rf $(OUT)/bin
