@@ -1,0 +1,222 @@
+#!/bin/sh
+# vmpod node installer, in the manner of kata-deploy: run by the
+# vmpod-installer DaemonSet with the host's root filesystem at $HOST_ROOT,
+# it puts the shim on the host and the vmpod runtime handler into the
+# host's containerd configuration, and takes both out again.
+#
+#   vmpod-installer.sh install     install (idempotent) and exit
+#   vmpod-installer.sh uninstall   remove what install added and exit
+#   vmpod-installer.sh run         install, then wait; on SIGTERM uninstall
+#                                  if VMPOD_UNINSTALL_ON_STOP is true
+#
+# Environment (defaults in brackets):
+#   HOST_ROOT                 the host's / [/host]
+#   VMPOD_BIN                 the vm-runtime binary to install [/usr/local/bin/vm-runtime]
+#   VMPOD_DIR                 where it goes on the host [/opt/vmpod]
+#   CONTAINERD_CONFIG         containerd's config on the host [/etc/containerd/config.toml]
+#   CONTAINERD_VERSION        e.g. 2.1.4; asked of the host's containerd when unset
+#   RESTART_CONTAINERD        systemctl (on the host, through PID 1's mount
+#                             namespace) or none [systemctl]
+#   CHECK_HOST                true: refuse to install where QEMU or libvirt's
+#                             QEMU driver is missing [true]
+#   VMPOD_UNINSTALL_ON_STOP   true: `run` uninstalls when the pod stops [true]
+#
+# The runtime goes into containerd's config as one block between marker
+# lines, in the layout of the file's `version`: version 2 (containerd 1.7,
+# and 2.x reading an old file) or version 3+ (containerd 2.x). Uninstall
+# deletes exactly those lines, so the file is as it was.
+set -eu
+
+HOST_ROOT=${HOST_ROOT:-/host}
+VMPOD_BIN=${VMPOD_BIN:-/usr/local/bin/vm-runtime}
+VMPOD_DIR=${VMPOD_DIR:-/opt/vmpod}
+CONTAINERD_CONFIG=${CONTAINERD_CONFIG:-/etc/containerd/config.toml}
+RESTART_CONTAINERD=${RESTART_CONTAINERD:-systemctl}
+CHECK_HOST=${CHECK_HOST:-true}
+VMPOD_UNINSTALL_ON_STOP=${VMPOD_UNINSTALL_ON_STOP:-true}
+
+BEGIN='# BEGIN vmpod runtime (added by the vmpod installer; removed on uninstall)'
+END='# END vmpod runtime'
+SHIM=containerd-shim-vmpod-v2
+
+log() { echo "vmpod-installer: $*" >&2; }
+die() {
+	log "error: $*"
+	exit 1
+}
+
+host() { echo "$HOST_ROOT$1"; }
+config=$(host "$CONTAINERD_CONFIG")
+# Marks a config file the installer created, so uninstall removes it.
+created_mark=$(host "$VMPOD_DIR/.created-containerd-config")
+
+# on_host CMD...: run a host command in the host's mount namespace (the
+# pod has hostPID), so it sees the host's binaries, libraries and systemd.
+on_host() { nsenter --target 1 --mount -- "$@"; }
+
+containerd_major() {
+	v=${CONTAINERD_VERSION:-}
+	if [ -z "$v" ]; then
+		# "containerd github.com/containerd/containerd/v2 v2.1.4 <commit>"
+		v=$(on_host containerd --version | awk '{print $3}') ||
+			die "cannot run containerd --version on the host; set CONTAINERD_VERSION"
+	fi
+	v=${v#v}
+	echo "${v%%.*}"
+}
+
+# config_version: the `version = N` of the config file (1 when absent, as
+# containerd reads it).
+config_version() {
+	v=$(sed -n 's/^[[:space:]]*version[[:space:]]*=[[:space:]]*\([0-9][0-9]*\).*/\1/p' "$config" | head -n 1)
+	echo "${v:-1}"
+}
+
+runtime_block() {
+	case $1 in
+	2) table='[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.vmpod]' ;;
+	*) table="[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.vmpod]" ;;
+	esac
+	cat <<EOF
+$BEGIN
+$table
+  runtime_type = "io.containerd.vmpod.v2"
+  runtime_path = "$VMPOD_DIR/bin/$SHIM"
+  # vmpod reads the VM's settings from the pod's vmpod.io/ annotations.
+  pod_annotations = ["vmpod.io/*"]
+$END
+EOF
+}
+
+# without_block FILE: FILE's content without the installer's block.
+without_block() { sed "\\|^$BEGIN\$|,\\|^$END\$|d" "$1"; }
+
+# write_config CONTENT-FILE: replace the config atomically (same directory).
+write_config() {
+	tmp="$config.vmpod-tmp"
+	cat "$1" >"$tmp"
+	if [ -f "$config" ]; then chmod --reference="$config" "$tmp" 2>/dev/null || true; fi
+	mv "$tmp" "$config"
+}
+
+check_host() {
+	[ "$CHECK_HOST" = true ] || return 0
+	on_host sh -c 'command -v qemu-system-x86_64' >/dev/null ||
+		die "no qemu-system-x86_64 on this node: install QEMU (Debian/Ubuntu: apt-get install qemu-system-x86)"
+	on_host sh -c 'ls /usr/lib*/libvirt/connection-driver/libvirt_driver_qemu.so /usr/lib*/*/libvirt/connection-driver/libvirt_driver_qemu.so 2>/dev/null | grep -q .' ||
+		die "no libvirt QEMU driver on this node: install it (Debian/Ubuntu: apt-get install libvirt-daemon-driver-qemu)"
+}
+
+install_shim() {
+	bindir=$(host "$VMPOD_DIR/bin")
+	mkdir -p "$bindir"
+	# Copy then rename: a running shim keeps its old inode.
+	cp "$VMPOD_BIN" "$bindir/.vm-runtime.tmp"
+	chmod 0755 "$bindir/.vm-runtime.tmp"
+	mv "$bindir/.vm-runtime.tmp" "$bindir/vm-runtime"
+	ln -sfn vm-runtime "$bindir/$SHIM"
+	log "installed $VMPOD_DIR/bin/vm-runtime and $SHIM"
+}
+
+# configure: add the runtime block; sets changed=true when the file changed.
+configure() {
+	mkdir -p "$(dirname "$config")"
+	new=$(mktemp)
+	if [ -f "$config" ]; then
+		without_block "$config" >"$new"
+		if grep -q 'containerd\.runtimes\.vmpod\]' "$new"; then
+			rm -f "$new"
+			die "$CONTAINERD_CONFIG already defines a vmpod runtime outside the installer's block; remove it first"
+		fi
+		version=$(config_version)
+	else
+		# No file: containerd runs on defaults. Write the layout it reads.
+		major=$(containerd_major)
+		if [ "$major" -ge 2 ]; then version=3; else version=2; fi
+		echo "version = $version" >"$new"
+		mkdir -p "$(dirname "$created_mark")"
+		: >"$created_mark"
+	fi
+	[ "$version" -ge 2 ] || die "$CONTAINERD_CONFIG has config version $version; vmpod needs version 2 or later (containerd 1.7+)"
+	runtime_block "$version" >>"$new"
+	if [ -f "$config" ] && cmp -s "$new" "$config"; then
+		rm -f "$new"
+		log "$CONTAINERD_CONFIG already has the vmpod runtime"
+		return 0
+	fi
+	write_config "$new"
+	rm -f "$new"
+	log "added the vmpod runtime to $CONTAINERD_CONFIG (config version $version)"
+	changed=true
+}
+
+unconfigure() {
+	[ -f "$config" ] || return 0
+	new=$(mktemp)
+	without_block "$config" >"$new"
+	if cmp -s "$new" "$config"; then
+		rm -f "$new"
+		return 0
+	fi
+	if [ -f "$created_mark" ] && ! grep -qv '^version = [0-9]*$' "$new"; then
+		rm -f "$config" "$created_mark" "$new"
+		log "removed $CONTAINERD_CONFIG (the installer had created it)"
+	else
+		write_config "$new"
+		rm -f "$new"
+		log "removed the vmpod runtime from $CONTAINERD_CONFIG"
+	fi
+	changed=true
+}
+
+restart_containerd() {
+	case $RESTART_CONTAINERD in
+	none) log "containerd not restarted (RESTART_CONTAINERD=none): restart it to apply the change" ;;
+	systemctl)
+		log "restarting containerd (running containers and VMs keep running)"
+		on_host systemctl restart containerd || die "systemctl restart containerd failed"
+		;;
+	*) die "RESTART_CONTAINERD=$RESTART_CONTAINERD: want systemctl or none" ;;
+	esac
+}
+
+do_install() {
+	check_host
+	install_shim
+	changed=false
+	configure
+	if [ "$changed" = true ]; then restart_containerd; fi
+}
+
+do_uninstall() {
+	changed=false
+	unconfigure
+	if [ "$changed" = true ]; then restart_containerd; fi
+	bindir=$(host "$VMPOD_DIR/bin")
+	rm -f "$bindir/$SHIM" "$bindir/vm-runtime" "$bindir/.vm-runtime.tmp"
+	rmdir "$bindir" "$(host "$VMPOD_DIR")" 2>/dev/null || true
+	log "uninstalled"
+}
+
+case ${1:-} in
+install) do_install ;;
+uninstall) do_uninstall ;;
+run)
+	do_install
+	stop() {
+		if [ "$VMPOD_UNINSTALL_ON_STOP" = true ]; then do_uninstall; fi
+		exit 0
+	}
+	trap stop TERM INT
+	log "installed; waiting (SIGTERM uninstalls: VMPOD_UNINSTALL_ON_STOP=$VMPOD_UNINSTALL_ON_STOP)"
+	# sleep in the background so the trap runs as soon as the signal comes.
+	while :; do
+		sleep 3600 &
+		wait $! || true
+	done
+	;;
+*)
+	echo "usage: $0 install|uninstall|run" >&2
+	exit 2
+	;;
+esac
