@@ -1,0 +1,342 @@
+#!/usr/bin/env bash
+# A one-node Kubernetes cluster running a vmpod VM pod, on this machine, in
+# one command (make demo). As root, on Debian 12:
+#
+#   hack/local-up.sh       build what is missing, start the cluster, run
+#                          examples/test-guest.yaml and show it working
+#   hack/local-down.sh     remove every process, namespace, mount, cgroup
+#                          and file this made
+#
+# The whole node lives in a network namespace ($NAME) that has no route
+# out: etcd and kube-apiserver on its loopback, the node address on a veth
+# pair whose both ends are inside, the CNI bridge and pod IPs behind it.
+# Processes: etcd, kube-apiserver, the scheduler (cmd/scheduler-plugin,
+# kube-scheduler with VMPlacement), containerd 2.4.2 with the vmpod runtime
+# handler, the kubelet and the labeller (vm-runtime labeller); the latter
+# two, with the scheduler, run as the ServiceAccounts of manifests/. A
+# forwarder makes the apiserver reachable on the host's 127.0.0.1:$HOST_PORT
+# so that kubectl and the e2e tests run from the host.
+#
+# Binaries are built from the pinned modules into _output/bin (the first
+# build takes ~20 minutes on 2 cores; later runs only check them). Logs:
+# /tmp/vmpod-local/logs. Environment: VMPOD_LOCAL_PORT (default 16443),
+# VMPOD_LOCAL_ROOT (default /tmp/vmpod-local), VMPOD_LOCAL_NO_DEMO=1 to
+# skip the example pod.
+set -euo pipefail
+# shellcheck source=hack/local/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/local/lib.sh"
+cd "$repo"
+
+[[ $(id -u) -eq 0 ]] || die "run as root (network namespaces, cgroups, the kubelet)"
+if [[ -e $ROOT ]]; then
+	log "a previous local cluster is in $ROOT: removing it first"
+	"$repo/hack/local-down.sh"
+fi
+
+on_error() {
+	local rc=$?
+	log "local-up failed (exit $rc); component logs are in $ROOT/logs:"
+	local f
+	for f in "$ROOT"/logs/*.log; do
+		[[ -s $f ]] || continue
+		echo "--- $f (last lines)" >&2
+		tail -n 8 "$f" >&2
+	done
+	log "hack/local-down.sh removes what was started"
+	exit "$rc"
+}
+trap on_error ERR
+
+# --- 1. What to build with, and what to build ------------------------------
+log "checking Debian packages (hack/install-deps.sh)"
+hack/install-deps.sh
+command -v openssl >/dev/null || {
+	log "installing openssl"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssl >/dev/null
+}
+log "containerd 2.4.2, ctr, crictl (hack/containerd/install.sh)"
+hack/containerd/install.sh "$BIN"
+
+# go_build LABEL LDFLAGS OUTPUT PKG...: go build into _output/bin, showing
+# progress (a cold build of the Kubernetes binaries compiles ~2,500
+# packages). go build relinks nothing that is up to date, so a warm run
+# takes seconds.
+go_build() {
+	local label=$1 ldflags=$2 output=$3 blog i
+	shift 3
+	log "building $label"
+	blog=$(mktemp)
+	# -v names each package as it is compiled (cached ones are not named).
+	go build -v -ldflags "$ldflags" -o "$output" "$@" >"$blog" 2>&1 &
+	local pid=$!
+	for ((i = 1; ; i++)); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 1
+		((i % 20 == 0)) && log "  ... $(wc -l <"$blog") packages compiled"
+	done
+	if ! wait "$pid"; then
+		tail -n 30 "$blog" >&2
+		rm -f "$blog"
+		die "go build failed: $label"
+	fi
+	(($(wc -l <"$blog") > 0)) && log "  $(wc -l <"$blog") packages compiled"
+	rm -f "$blog"
+}
+k8s_ldflags="-X k8s.io/component-base/version.gitVersion=v1.37.2 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37"
+go_build "kube-apiserver, kubelet, kubectl (cold: ~15 min on 2 cores)" "$k8s_ldflags" "$BIN/" \
+	k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl
+go_build etcd "" "$BIN/etcd" go.etcd.io/etcd/server/v3
+go_build "scheduler-plugin and vm-runtime" "$k8s_ldflags" "$BIN/" ./cmd/scheduler-plugin ./cmd/vm-runtime
+go_build "the apiserver forwarder" "" "$BIN/vmpod-local-forward" ./hack/local/forward
+log "pause image (hack/pause/build.sh)"
+pause_archive=$(hack/pause/build.sh)
+log "test guest and its containerdisk (hack/guest/build.sh)"
+guest_dir=$(hack/guest/build.sh)
+# shellcheck disable=SC1091
+source "$guest_dir/guest.env" # IMAGE=localhost/vmpod/test-guest:v1
+
+# --- 2. The node: namespace, cgroups, a private mount namespace -----------
+log "node namespace $NAME: lo, $NODE_IP on a veth pair inside it, no route out"
+mkdir -p "$ROOT"/{logs,pki,bin,tmp,vm,cni/net.d,cni/ipam,cni/cache,kubelet,pod-logs,container-logs,kubelet-plugins}
+: >"$ROOT/pids"
+: >"$ROOT/made"
+ip netns add "$NAME"
+record netns "$NAME"
+ip -n "$NAME" link set lo up
+ip -n "$NAME" link add node0 type veth peer name node1
+ip -n "$NAME" addr add "$NODE_IP/24" dev node0
+ip -n "$NAME" addr add "$PEER_IP/24" dev node1
+ip -n "$NAME" link set node0 up
+ip -n "$NAME" link set node1 up
+
+# The kubelet's cgroupRoot must exist in every hierarchy (v1 controllers,
+# name=systemd, and the v2 one); cpuset needs its parent's CPUs and nodes.
+while read -r mp fstype; do
+	[[ $fstype == cgroup || $fstype == cgroup2 ]] || continue
+	mkdir "$mp/$NAME"
+	record cgroup "$mp/$NAME"
+	for f in cpuset.cpus cpuset.mems; do
+		[[ -f $mp/$f ]] && cat "$mp/$f" >"$mp/$NAME/$f"
+	done
+done < <(awk '{ for (i = 7; i <= NF; i++) if ($i == "-") { print $5, $(i + 1); break } }' /proc/self/mountinfo)
+
+# The kubelet sets these global sysctls: remember them for local-down.
+for k in vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes; do
+	record sysctl "$k" "$(sysctl -n "$k")"
+done
+
+# One process keeps the node's private mount namespace (nsenter ... unshare
+# execs sleep: the PID stays). Enter it with nsenter -t, never
+# `ip netns exec`, which remounts /sys and empties /sys/fs/cgroup.
+nsenter --net="$NETNS" -- unshare --mount --propagation private -- sleep infinity >/dev/null 2>&1 &
+echo "holder $! $(sleep 0.2; starttime $!)" >>"$ROOT/pids"
+wait_for "mount namespace" 10 bash -c "[[ \$(readlink /proc/$(holder_pid)/exe) == */sleep ]]" ||
+	die "the namespace holder did not start"
+
+# Directories the kubelet and CNI write whatever their configuration says:
+# in the node's mount namespace they are the root's own.
+for pair in kubelet:/var/lib/kubelet container-logs:/var/log/containers cni/cache:/var/lib/cni; do
+	src=$ROOT/${pair%%:*} dst=${pair#*:}
+	if [[ ! -d $dst ]]; then
+		mkdir -p "$dst"
+		record mountpoint "$dst"
+	fi
+	in_node mount --bind "$src" "$dst"
+done
+
+snapshotter=overlayfs
+mkdir -p "$ROOT/tmp/ovl"/{l,u,w,m}
+if ! in_node mount -t overlay overlay -o "lowerdir=$ROOT/tmp/ovl/l,upperdir=$ROOT/tmp/ovl/u,workdir=$ROOT/tmp/ovl/w" "$ROOT/tmp/ovl/m" 2>/dev/null; then
+	snapshotter=native
+fi
+in_node umount "$ROOT/tmp/ovl/m" 2>/dev/null || true
+rm -rf "$ROOT/tmp/ovl"
+
+# --- 3. Certificates and kubeconfigs --------------------------------------
+log "certificates (one CA: apiserver, kubelet, admin and node clients)"
+pki=$ROOT/pki
+openssl_quiet() { openssl "$@" 2>/dev/null; }
+openssl_quiet req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=vmpod-local-ca" -keyout "$pki/ca.key" -out "$pki/ca.crt"
+# cert NAME SUBJECT [SAN]: a key and a certificate signed by the CA.
+cert() {
+	openssl_quiet req -newkey rsa:2048 -nodes -subj "$2" -keyout "$pki/$1.key" -out "$pki/$1.csr"
+	printf 'subjectAltName=%s\n' "${3:-DNS:$1}" >"$pki/$1.ext"
+	openssl_quiet x509 -req -in "$pki/$1.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial -days 30 \
+		-extfile "$pki/$1.ext" -out "$pki/$1.crt"
+}
+cert apiserver "/CN=kube-apiserver" "IP:127.0.0.1,IP:$NODE_IP,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc"
+cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
+cert kubelet "/CN=system:node:$NAME" "IP:$NODE_IP,DNS:$NAME"
+cert admin "/O=system:masters/CN=vmpod-local-admin"
+cert node "/O=system:nodes/CN=system:node:$NAME"
+openssl_quiet genrsa -out "$pki/sa.key" 2048
+openssl_quiet rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub"
+
+# kubeconfig FILE SERVER USER-ARGS...
+kubeconfig() {
+	local f=$1 server=$2
+	shift 2
+	"$BIN/kubectl" config --kubeconfig "$f" set-cluster local --server "$server" --certificate-authority "$pki/ca.crt" --embed-certs >/dev/null
+	"$BIN/kubectl" config --kubeconfig "$f" set-credentials user "$@" >/dev/null
+	"$BIN/kubectl" config --kubeconfig "$f" set-context local --cluster local --user user >/dev/null
+	"$BIN/kubectl" config --kubeconfig "$f" use-context local >/dev/null
+}
+kubeconfig "$ROOT/admin.kubeconfig" https://127.0.0.1:6443 --client-certificate "$pki/admin.crt" --client-key "$pki/admin.key" --embed-certs
+kubeconfig "$ROOT/kubelet.kubeconfig" https://127.0.0.1:6443 --client-certificate "$pki/node.crt" --client-key "$pki/node.key" --embed-certs
+mkdir -p "$OUT"
+kubeconfig "$OUT/kubeconfig" "https://127.0.0.1:$HOST_PORT" --client-certificate "$pki/admin.crt" --client-key "$pki/admin.key" --embed-certs
+
+# --- 4. Control plane -----------------------------------------------------
+log "starting etcd"
+start etcd "$BIN/etcd" --name "$NAME" --data-dir "$ROOT/etcd" --unsafe-no-fsync \
+	--listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
+	--listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+	--initial-cluster "$NAME=http://127.0.0.1:2380" --listen-metrics-urls ""
+wait_for etcd 60 in_node bash -c 'exec 3<>/dev/tcp/127.0.0.1/2379' || die "etcd did not listen within 60s"
+
+log "starting kube-apiserver"
+# Without kube-controller-manager (DESIGN.md): no admission plugin that
+# waits for controllers (ServiceAccount tokens, the not-ready taint), no
+# endpoint reconciler. logs/exec reach the kubelet at the node's InternalIP.
+start kube-apiserver "$BIN/kube-apiserver" \
+	--etcd-servers http://127.0.0.1:2379 --bind-address 0.0.0.0 --secure-port 6443 --advertise-address "$NODE_IP" \
+	--tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" --client-ca-file "$pki/ca.crt" \
+	--kubelet-client-certificate "$pki/apiserver-kubelet-client.crt" --kubelet-client-key "$pki/apiserver-kubelet-client.key" \
+	--kubelet-certificate-authority "$pki/ca.crt" --kubelet-preferred-address-types InternalIP \
+	--service-account-issuer https://kubernetes.default.svc --service-account-key-file "$pki/sa.pub" \
+	--service-account-signing-key-file "$pki/sa.key" --service-cluster-ip-range "$SERVICE_CIDR" \
+	--authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
+	--disable-admission-plugins ServiceAccount,TaintNodesByCondition --endpoint-reconciler-type none \
+	--allow-privileged
+wait_for kube-apiserver 120 kubectl_node get --raw /readyz || die "kube-apiserver not ready within 120s"
+
+log "apiserver on the host's 127.0.0.1:$HOST_PORT (forwarded into the node's loopback)"
+"$BIN/vmpod-local-forward" -listen "127.0.0.1:$HOST_PORT" -netns "$NETNS" -target 127.0.0.1:6443 >"$ROOT/logs/forward.log" 2>&1 &
+echo "forward $! $(sleep 0.1; starttime $!)" >>"$ROOT/pids"
+wait_for forwarder 20 "$BIN/kubectl" --kubeconfig "$OUT/kubeconfig" get --raw /readyz || die "the forwarder does not answer"
+
+log "applying manifests/ (hack/local/manifests: without the DaemonSets and the Deployment)"
+kubectl_node apply -k "$repo/hack/local/manifests" >"$ROOT/logs/apply.log"
+# sa_kubeconfig NAME: a kubeconfig with a token of ServiceAccount
+# vmpod-system/NAME, so the component has exactly the RBAC users give it.
+sa_kubeconfig() {
+	local token
+	token=$(kubectl_node -n vmpod-system create token "$1" --duration 720h)
+	kubeconfig "$ROOT/$2.kubeconfig" https://127.0.0.1:6443 --token "$token"
+}
+sa_kubeconfig vmpod-scheduler scheduler
+sa_kubeconfig vmpod-labeller labeller
+
+log "starting the scheduler (VMPlacement; ServiceAccount vmpod-scheduler)"
+sed "s|@ROOT@|$ROOT|g" hack/local/scheduler-config.yaml >"$ROOT/scheduler-config.yaml"
+start scheduler "$BIN/scheduler-plugin" --config "$ROOT/scheduler-config.yaml" --bind-address 127.0.0.1
+
+# --- 5. The node: containerd, kubelet, labeller ---------------------------
+log "starting containerd 2.4.2 (runtime handler vmpod, snapshotter $snapshotter)"
+cp "$BIN/vm-runtime" "$ROOT/bin/vm-runtime"
+ln -s vm-runtime "$ROOT/bin/containerd-shim-vmpod-v2"
+sed -e "s|@ROOT@|$ROOT|g" -e "s|@PAUSE_IMAGE@|$PAUSE_IMAGE|g" -e "s|@SNAPSHOTTER@|$snapshotter|g" \
+	-e "s|@RUNC@|$(command -v runc)|g" hack/local/containerd.toml >"$ROOT/containerd.toml"
+sed -e "s|@ROOT@|$ROOT|g" -e "s|@POD_CIDR@|$POD_CIDR|g" hack/local/cni.conflist >"$ROOT/cni/net.d/10-vmpod-local.conflist"
+mkdir -p "$CAPS_CACHE"
+# The shims inherit containerd's environment: their state dir (short: QEMU's
+# socket paths must stay under 108 bytes) and the warm QEMU capabilities.
+start containerd env VMPOD_STATE_ROOT="$ROOT/vm" VMPOD_CAPS_CACHE="$CAPS_CACHE" TMPDIR="$ROOT/tmp" \
+	"$BIN/containerd" --config "$ROOT/containerd.toml"
+ctr() { in_node "$BIN/ctr" --address "$ROOT/containerd.sock" -n k8s.io "$@"; }
+wait_for containerd 60 ctr version || die "containerd did not start within 60s"
+log "importing $PAUSE_IMAGE and $IMAGE"
+# (ctr warns on stderr that cgroup v1 is deprecated.)
+ctr images import --platform linux/amd64 "$pause_archive" >/dev/null 2>>"$ROOT/logs/ctr.log"
+ctr images import --platform linux/amd64 "$guest_dir/containerdisk.oci.tar" >/dev/null 2>>"$ROOT/logs/ctr.log"
+
+log "starting the kubelet (node $NAME at $NODE_IP)"
+sed -e "s|@ROOT@|$ROOT|g" -e "s|@NAME@|$NAME|g" -e "s|@NODE_IP@|$NODE_IP|g" hack/local/kubelet.yaml >"$ROOT/kubelet.yaml"
+start kubelet "$BIN/kubelet" --config "$ROOT/kubelet.yaml" --kubeconfig "$ROOT/kubelet.kubeconfig" \
+	--hostname-override "$NAME" --node-ip "$NODE_IP" --root-dir /var/lib/kubelet
+wait_for "node Ready" 120 bash -c "[[ \$($BIN/kubectl --kubeconfig $OUT/kubeconfig get node $NAME -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}') == True ]]" ||
+	die "node $NAME not Ready within 120s"
+
+log "starting the labeller (ServiceAccount vmpod-labeller)"
+start labeller env TMPDIR="$ROOT/tmp" "$BIN/vm-runtime" labeller --node-name "$NAME" \
+	--kubeconfig "$ROOT/labeller.kubeconfig" --capabilities-cache "$CAPS_CACHE"
+wait_for "vmpod.io/runtime=true" 120 bash -c "[[ \$($BIN/kubectl --kubeconfig $OUT/kubeconfig get node $NAME -o jsonpath='{.metadata.labels.vmpod\.io/runtime}') == true ]]" ||
+	die "the labeller did not label $NAME within 120s"
+# shellcheck disable=SC2016 # a go-template, not shell
+log "node $NAME is Ready and labelled: $("$BIN/kubectl" --kubeconfig "$OUT/kubeconfig" get node "$NAME" -o go-template='{{range $k, $v := .metadata.labels}}{{$k}}={{$v}} {{end}}' | tr ' ' '\n' | grep -cE 'vmpod\.io/') vmpod labels"
+
+# State for hack/local-down.sh, hack/local/kubectl and the e2e tests.
+cat >"$OUT/env" <<EOF
+# Written by hack/local-up.sh: the cluster for kubectl and the e2e tests.
+export KUBECONFIG=$OUT/kubeconfig
+export VMPOD_E2E=1
+export VMPOD_E2E_NODE_EXEC="nsenter --target $(holder_pid) --mount --net --"
+export VMPOD_E2E_STATE_ROOT=$ROOT/vm
+export VMPOD_E2E_IMAGE=$IMAGE
+EOF
+trap - ERR
+
+# --- 6. The demo ----------------------------------------------------------
+if [[ ${VMPOD_LOCAL_NO_DEMO:-} == 1 ]]; then
+	log "cluster ready (VMPOD_LOCAL_NO_DEMO=1: no example pod)"
+	exit 0
+fi
+export KUBECONFIG=$OUT/kubeconfig
+k() { "$BIN/kubectl" "$@"; }
+log "kubectl apply -f examples/test-guest.yaml"
+start_ms=$(date +%s%3N)
+k apply -f examples/test-guest.yaml >/dev/null
+running_ms="" serial_ms="" init_ms=""
+for ((i = 0; i < 600; i++)); do # 5 minutes at most
+	now=$(date +%s%3N)
+	if [[ -z $running_ms && $(k get pod test-guest -o jsonpath='{.status.phase}') == Running ]]; then
+		running_ms=$((now - start_ms))
+		log "  pod Running after $((running_ms / 1000)).$((running_ms % 1000 / 100))s"
+	fi
+	console=""
+	[[ -n $running_ms ]] && console=$(k logs test-guest 2>/dev/null || true)
+	if [[ -z $serial_ms && -n $console ]]; then
+		serial_ms=$((now - start_ms))
+		log "  first serial line (the guest kernel's) after $((serial_ms / 1000)).$((serial_ms % 1000 / 100))s"
+	fi
+	if [[ -z $init_ms && $console == *"VMPOD-GUEST: init"* ]]; then
+		init_ms=$((now - start_ms))
+		log "  guest /init after $((init_ms / 1000)).$((init_ms % 1000 / 100))s"
+	fi
+	[[ $console == *"VMPOD-GUEST: ready"* ]] && break
+	sleep 0.5
+done
+[[ $console == *"VMPOD-GUEST: ready"* ]] || {
+	k describe pod test-guest >&2 || true
+	die "the guest did not become ready within 5 minutes"
+}
+ip=$(k get pod test-guest -o jsonpath='{.status.podIP}')
+
+echo
+echo "== kubectl get pod test-guest -o wide"
+k get pod test-guest -o wide
+echo
+echo "== kubectl logs test-guest   (the VM's serial console: the first lines, and the test guest's markers)"
+printf '%s\n' "$console" | head -n 4
+echo "..."
+printf '%s\n' "$console" | grep 'VMPOD-GUEST' || true
+echo
+echo "== HTTP from the guest at its pod IP, http://$ip:8080/ (from the node's namespace)"
+in_node bash -c "exec 3<>/dev/tcp/$ip/8080 && printf 'GET / HTTP/1.0\r\n\r\n' >&3 && timeout 5 cat <&3" || true
+echo
+echo "== Timings: kubectl apply -> Running ${running_ms}ms, -> first serial line ${serial_ms}ms, -> guest /init ${init_ms}ms"
+cat <<EOF
+
+== The cluster is up ($((SECONDS - t0))s). Use it from this machine's shell:
+
+  export KUBECONFIG=$OUT/kubeconfig PATH=$BIN:\$PATH
+  kubectl get nodes --show-labels
+  kubectl logs -f test-guest          # the serial console
+  kubectl delete pod test-guest       # ACPI shutdown (kubectl logs -f shows it)
+  (source $OUT/env && go test -count=1 ./test/e2e)   # the end-to-end tests
+
+  Inside the node's network namespace (pod IPs, the kubelet):
+  nsenter --target $(holder_pid) --mount --net -- bash
+
+  Logs: $ROOT/logs.  Remove everything: hack/local-down.sh
+EOF

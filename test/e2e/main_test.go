@@ -1,0 +1,158 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+const (
+	// namespace holds every pod the tests make. It is never deleted: a
+	// cluster without kube-controller-manager (hack/local-up.sh's) cannot
+	// finish deleting a namespace.
+	namespace = "vmpod-e2e"
+	// defaultImage is hack/guest/build.sh's containerdisk.
+	defaultImage = "localhost/vmpod/test-guest:v1"
+)
+
+var (
+	client   kubernetes.Interface
+	image    = defaultImage
+	nodeExec []string // command prefix that runs on the node; nil: none
+	// stateRoot is the shims' VMPOD_STATE_ROOT on the node.
+	stateRoot = "/run/vmpod"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv("VMPOD_E2E") != "1" {
+		fmt.Println("e2e: skipped; set VMPOD_E2E=1 to run against $KUBECONFIG (after hack/local-up.sh: source _output/local/env)")
+		os.Exit(0)
+	}
+	if err := setup(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(1)
+	}
+	before, err := leftovers()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	// After all tests (their pods are deleted by then) nothing of a VM may
+	// be left on the node: no shim, no QEMU, no pod network namespace (and
+	// so no tap), no rootfs mount, no pod state directory.
+	if code == 0 && nodeExec != nil {
+		after, err := waitLeftovers(before, time.Minute)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: left on the node after the tests:", err)
+			fmt.Fprintf(os.Stderr, "before: %v\nafter:  %v\n", before, after)
+			code = 1
+		} else {
+			fmt.Printf("e2e: nothing left on the node: as before the tests, %v\n", after)
+		}
+	}
+	os.Exit(code)
+}
+
+func setup() error {
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(), nil).ClientConfig()
+	if err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	cfg.QPS, cfg.Burst = 50, 100 // the tests poll pods and logs
+	if client, err = kubernetes.NewForConfig(cfg); err != nil {
+		return err
+	}
+	if v := os.Getenv("VMPOD_E2E_IMAGE"); v != "" {
+		image = v
+	}
+	if v := os.Getenv("VMPOD_E2E_STATE_ROOT"); v != "" {
+		stateRoot = v
+	}
+	if v := os.Getenv("VMPOD_E2E_NODE_EXEC"); v != "" {
+		nodeExec = strings.Fields(v)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}
+	if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("namespace %s: %w", namespace, err)
+	}
+	return nil
+}
+
+// onNode runs a bash script with arguments on the node through
+// VMPOD_E2E_NODE_EXEC and returns its standard output.
+func onNode(ctx context.Context, script string, args ...string) (string, error) {
+	args = append(append(append([]string{}, nodeExec[1:]...), "bash", "-c", script, "e2e"), args...)
+	cmd := exec.CommandContext(ctx, nodeExec[0], args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return string(out), fmt.Errorf("on the node: %v: %s%s", err, out, stderr.String())
+	}
+	return string(out), nil
+}
+
+// leftoverScript counts, on the node, what a VM pod has while it runs:
+// vmpod shims (in the node's mount namespace: a local node shares /proc
+// with the host), QEMU processes with a pod state dir on their command
+// line, CNI pod network namespaces (the tap lives in one), container
+// rootfs mounts, and pod state dirs.
+const leftoverScript = `
+state=$1
+self=$(readlink /proc/self/ns/mnt)
+shims=0 qemu=0
+for d in /proc/[0-9]*; do
+  # A process may exit between the glob and the read: no message for it.
+  cmd=$(tr '\0' ' ' 2>/dev/null <"$d/cmdline") || continue
+  case $cmd in
+  *containerd-shim-vmpod-v2*) [ "$(readlink "$d/ns/mnt")" = "$self" ] && shims=$((shims + 1)) ;;
+  *qemu-system*"$state/pods/"*) qemu=$((qemu + 1)) ;;
+  esac
+done
+netns=$(grep -c '/netns/cni-' /proc/self/mountinfo || true)
+rootfs=$(grep -c 'io.containerd.runtime.v2.task/k8s.io/.*/rootfs ' /proc/self/mountinfo || true)
+dirs=$(ls "$state/pods" 2>/dev/null | wc -l)
+echo "shims=$shims qemu=$qemu netns=$netns rootfs=$rootfs statedirs=$dirs"
+`
+
+func leftovers() (string, error) {
+	if nodeExec == nil {
+		return "", nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := onNode(ctx, leftoverScript, stateRoot)
+	return strings.TrimSpace(out), err
+}
+
+// waitLeftovers waits, bounded, until the node is back to what it had
+// before the tests.
+func waitLeftovers(before string, timeout time.Duration) (string, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		after, err := leftovers()
+		if err != nil {
+			return after, err
+		}
+		if after == before {
+			return after, nil
+		}
+		if time.Now().After(deadline) {
+			return after, fmt.Errorf("the node has %q, had %q before the tests", after, before)
+		}
+		time.Sleep(2 * time.Second)
+	}
+}

@@ -1,0 +1,198 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/vmpod/vmpod/pkg/scheduler/vmplacement"
+	"github.com/vmpod/vmpod/pkg/vmspec"
+)
+
+// TestVMPod follows one VM pod through its life: Running, its serial
+// console in the logs, its HTTP server on the pod IP, the vCPUs and memory
+// its limits ask for, and an ACPI shutdown when it is deleted.
+func TestVMPod(t *testing.T) {
+	const grace = 60
+	pod := create(t, makePod("vm").limits("2", "400Mi").grace(grace).obj())
+	p := waitRunning(t, pod.Name)
+	log := waitLog(t, pod.Name, "VMPOD-GUEST: ready")
+
+	t.Run("logs are the serial console", func(t *testing.T) {
+		for _, want := range []string{"VMPOD-GUEST: init", "VMPOD-GUEST: ip " + p.Status.PodIP + "/", "VMPOD-GUEST: http ready"} {
+			if !strings.Contains(log, want) {
+				t.Errorf("no %q in kubectl logs:\n%s", want, log)
+			}
+		}
+	})
+
+	t.Run("the pod IP serves the guest", func(t *testing.T) {
+		if out := httpGet(t, p.Status.PodIP); !strings.Contains(out, "200 OK") {
+			t.Errorf("HTTP answer from %s:\n%s", p.Status.PodIP, out)
+		}
+	})
+
+	t.Run("the guest has the limits' vCPUs and memory", func(t *testing.T) {
+		m := regexp.MustCompile(`VMPOD-GUEST: cpus=(\d+) memory_kib=(\d+)`).FindStringSubmatch(log)
+		if m == nil {
+			t.Fatalf("no cpus= line in the log:\n%s", log)
+		}
+		cpus, _ := strconv.Atoi(m[1])
+		kib, _ := strconv.Atoi(m[2])
+		if cpus != 2 {
+			t.Errorf("the guest has %d vCPUs, limits.cpu is 2", cpus)
+		}
+		// MemTotal is the guest RAM less what the guest kernel keeps for
+		// itself (about 50 MiB for the test guest); the overhead never
+		// comes out of the guest.
+		const ram, kernel = 400 * 1024, 96 * 1024
+		if kib > ram || kib < ram-kernel {
+			t.Errorf("the guest has MemTotal %d KiB, limits.memory is %d KiB", kib, ram)
+		}
+	})
+
+	t.Run("delete shuts the guest down by ACPI", func(t *testing.T) {
+		rest := followLog(t, pod.Name)
+		took := deletePod(t, pod.Name)
+		out := rest()
+		if !strings.Contains(out, "VMPOD-GUEST: poweroff") {
+			t.Errorf("no ACPI poweroff on the serial console after delete:\n%s", out)
+		}
+		// A hard stop would come at the end of the grace period.
+		if took > (grace-10)*time.Second {
+			t.Errorf("delete took %v of a %ds grace period: not an ACPI shutdown", took, grace)
+		}
+		t.Logf("kubectl delete -> pod gone: %v", took.Round(100*time.Millisecond))
+	})
+}
+
+// TestPoweroffRestarts: a guest that powers itself off ends its container
+// with exit 0, and restartPolicy Always makes the kubelet boot it again.
+// The test guest's /init is replaced by its poweroff script through the
+// kernel command line.
+func TestPoweroffRestarts(t *testing.T) {
+	pod := create(t, makePod("poweroff").restart(corev1.RestartPolicyAlways).
+		annotation(vmspec.AnnotationKernelCmdline, "rdinit=/bin/guest-poweroff").obj())
+	var cs corev1.ContainerStatus
+	if !poll(bootTimeout, func() bool {
+		p := getPod(t, pod.Name)
+		if len(p.Status.ContainerStatuses) == 0 {
+			return false
+		}
+		cs = p.Status.ContainerStatuses[0]
+		return cs.RestartCount >= 1
+	}) {
+		t.Fatalf("not restarted within %v: %+v\n%s", bootTimeout, cs, describe(pod.Name))
+	}
+	if term := cs.LastTerminationState.Terminated; term == nil || term.ExitCode != 0 {
+		t.Errorf("last termination %+v, want exit 0 (guest poweroff)", term)
+	}
+}
+
+// TestBadAnnotation: a VM pod with an invalid vmpod.io/ annotation fails
+// with an event that names the annotation, whether the scheduler sees it
+// or the pod is bound to the node directly.
+func TestBadAnnotation(t *testing.T) {
+	bad := func(prefix string) *podBuilder {
+		return makePod(prefix).annotation(vmspec.AnnotationFirmware, "efi")
+	}
+	t.Run("scheduler", func(t *testing.T) {
+		pod := create(t, bad("bad-sched").obj())
+		e := waitEvent(t, pod.Name, time.Minute, "FailedScheduling", vmspec.AnnotationFirmware)
+		t.Logf("event: %s", e)
+	})
+	t.Run("node", func(t *testing.T) {
+		pod := create(t, bad("bad-node").onNodeNamed(vmpodNode(t)).obj())
+		e := waitEvent(t, pod.Name, 2*time.Minute, vmspec.AnnotationFirmware)
+		t.Logf("event: %s", e)
+		if p := getPod(t, pod.Name); p.Status.Phase == corev1.PodRunning {
+			t.Errorf("the pod with a bad annotation is Running")
+		}
+	})
+}
+
+// TestKVMRequired: a pod that requires KVM stays Pending on a cluster
+// without KVM, with the scheduler's reason.
+func TestKVMRequired(t *testing.T) {
+	nodes, err := client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{LabelSelector: vmspec.LabelKVM + "=true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes.Items) > 0 {
+		t.Skipf("node %s has KVM", nodes.Items[0].Name)
+	}
+	pod := create(t, makePod("kvm").annotation(vmspec.AnnotationAccel, "kvm").obj())
+	e := waitEvent(t, pod.Name, time.Minute, "FailedScheduling", vmplacement.ErrReasonNoKVM)
+	t.Logf("event: %s", e)
+	if p := getPod(t, pod.Name); p.Spec.NodeName != "" || p.Status.Phase != corev1.PodPending {
+		t.Errorf("pod on %q in phase %s, want Pending and unbound", p.Spec.NodeName, p.Status.Phase)
+	}
+}
+
+// TestBootTimes measures, for one pod and for five at once, the time from
+// the create (kubectl apply) to Running, to the guest's first serial line
+// in the logs (its kernel's), and to its /init's first line.
+func TestBootTimes(t *testing.T) {
+	for _, n := range []int{1, 5} {
+		t.Run(fmt.Sprintf("%d pods", n), func(t *testing.T) {
+			var names []string
+			start := time.Now()
+			for i := range n {
+				names = append(names, create(t, makePod(fmt.Sprintf("boot%d-%d", n, i)).obj()).Name)
+			}
+			// serial: the first line on the console (the guest kernel's);
+			// init: the test guest's /init, its first line of user space.
+			type times struct{ running, serial, init time.Duration }
+			got := make([]times, n)
+			var wg sync.WaitGroup
+			for i, name := range names {
+				wg.Go(func() {
+					poll(bootTimeout, func() bool {
+						phase := getPod(t, name).Status.Phase
+						if got[i].running == 0 && phase == corev1.PodRunning {
+							got[i].running = time.Since(start)
+						}
+						if got[i].running != 0 && got[i].serial == 0 && logs(name) != "" {
+							got[i].serial = time.Since(start)
+						}
+						if got[i].serial != 0 && strings.Contains(logs(name), "VMPOD-GUEST: init") {
+							got[i].init = time.Since(start)
+							return true
+						}
+						return phase == corev1.PodFailed
+					})
+				})
+			}
+			wg.Wait()
+			var worst times
+			r := func(d time.Duration) time.Duration { return d.Round(100 * time.Millisecond) }
+			for i, g := range got {
+				if g.init == 0 {
+					t.Fatalf("pod %s: no VMPOD-GUEST: init on the console within %v\n%s", names[i], bootTimeout, describe(names[i]))
+				}
+				worst = times{max(worst.running, g.running), max(worst.serial, g.serial), max(worst.init, g.init)}
+				t.Logf("%s: apply -> Running %v, -> first serial line %v, -> /init %v", names[i], r(g.running), r(g.serial), r(g.init))
+			}
+			fmt.Printf("e2e boot times, %d pod(s) at once, slowest: apply -> Running %v, -> first serial line %v, -> guest /init %v\n",
+				n, r(worst.running), r(worst.serial), r(worst.init))
+		})
+	}
+}
+
+// vmpodNode is a node the labeller says runs vmpod.
+func vmpodNode(t *testing.T) string {
+	t.Helper()
+	nodes, err := client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{LabelSelector: vmspec.LabelRuntime + "=true"})
+	if err != nil || len(nodes.Items) == 0 {
+		t.Fatalf("no node with %s=true: %v", vmspec.LabelRuntime, err)
+	}
+	return nodes.Items[0].Name
+}
