@@ -15,7 +15,7 @@ FUZZTIME ?= 10s
 # Tests that boot the guest find it here.
 export VMPOD_GUEST_DIR := $(GUEST_DIR)
 
-.PHONY: all deps guest build test unit fuzz bench clean
+.PHONY: all deps guest build test unit fuzz bench clean demo demo-down e2e
 
 all: build
 
@@ -32,6 +32,21 @@ test: deps guest
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 30m ./...
 	@$(MAKE) --no-print-directory fuzz
+	@$(MAKE) --no-print-directory e2e
+
+# A one-node cluster in a network namespace running a VM pod
+# (hack/local-up.sh builds etcd, kube-apiserver, kubelet, kubectl and the
+# scheduler from the pinned modules, cached in _output/).
+demo: deps guest
+	@hack/local-up.sh
+
+demo-down:
+	@hack/local-down.sh
+
+# The end-to-end tests against a fresh local cluster, removed afterwards.
+e2e: deps guest
+	VMPOD_LOCAL_NO_DEMO=1 hack/local-up.sh || { hack/local-down.sh; exit 1; }
+	set -a; . _output/local/env; set +a; $(GO) test -count=1 -timeout 30m -v ./test/e2e; rc=$$?; hack/local-down.sh; exit $$rc
 
 # A short run of each fuzz target over what users write; the seed corpora
 # live in each package's testdata/fuzz/.

@@ -18,7 +18,7 @@
 # so that kubectl and the e2e tests run from the host.
 #
 # Binaries are built from the pinned modules into _output/bin (the first
-# build takes ~20 minutes on 2 cores; later runs only check them). Logs:
+# build took 30 minutes on 2 busy cores; later runs take about a minute). Logs:
 # /tmp/vmpod-local/logs. Environment: VMPOD_LOCAL_PORT (default 16443),
 # VMPOD_LOCAL_ROOT (default /tmp/vmpod-local), VMPOD_LOCAL_NO_DEMO=1 to
 # skip the example pod.
@@ -83,7 +83,7 @@ go_build() {
 	rm -f "$blog"
 }
 k8s_ldflags="-X k8s.io/component-base/version.gitVersion=v1.37.2 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37"
-go_build "kube-apiserver, kubelet, kubectl (cold: ~15 min on 2 cores)" "$k8s_ldflags" "$BIN/" \
+go_build "kube-apiserver, kubelet, kubectl (cold: 15-30 min on 2 cores)" "$k8s_ldflags" "$BIN/" \
 	k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl
 go_build etcd "" "$BIN/etcd" go.etcd.io/etcd/server/v3
 go_build "scheduler-plugin and vm-runtime" "$k8s_ldflags" "$BIN/" ./cmd/scheduler-plugin ./cmd/vm-runtime

@@ -115,11 +115,15 @@ state=$1
 self=$(readlink /proc/self/ns/mnt)
 shims=0 qemu=0
 for d in /proc/[0-9]*; do
-  # A process may exit between the glob and the read: no message for it.
-  cmd=$(tr '\0' ' ' 2>/dev/null <"$d/cmdline") || continue
-  case $cmd in
-  *containerd-shim-vmpod-v2*) [ "$(readlink "$d/ns/mnt")" = "$self" ] && shims=$((shims + 1)) ;;
-  *qemu-system*"$state/pods/"*) qemu=$((qemu + 1)) ;;
+  # By argv: this script's own command line names both programs. A shim
+  # runs as containerd-shim-vmpod-v2, or as "vm-runtime shim" once it has
+  # re-executed itself. A process may exit between the glob and the read.
+  mapfile -d '' -t argv 2>/dev/null <"$d/cmdline" || continue
+  case "${argv[0]##*/} ${argv[1]:-}" in
+  "containerd-shim-vmpod-v2 "* | "vm-runtime shim")
+    [ "$(readlink "$d/ns/mnt")" = "$self" ] && shims=$((shims + 1)) ;;
+  qemu-system-*)
+    case " ${argv[*]} " in *"$state/pods/"*) qemu=$((qemu + 1)) ;; esac ;;
   esac
 done
 netns=$(grep -c '/netns/cni-' /proc/self/mountinfo || true)
