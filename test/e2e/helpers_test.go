@@ -262,7 +262,7 @@ func describe(name string) string {
 func httpGet(t *testing.T, ip string) string {
 	t.Helper()
 	if nodeExec == nil {
-		t.Skip("VMPOD_E2E_NODE_EXEC is not set: cannot reach pod IPs")
+		t.Fatal("VMPOD_E2E_NODE_EXEC is not set (hack/local-up.sh's env sets it): cannot reach pod IPs from the node")
 	}
 	var out string
 	var err error

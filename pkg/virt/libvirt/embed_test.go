@@ -24,7 +24,7 @@ const helperEnv = "VMPOD_VIRT_EMBED_HELPER"
 
 func TestEmbedded(t *testing.T) {
 	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
-		t.Skip("qemu-system-x86_64 not found (Debian: apt-get install qemu-system-x86); the embedded driver test boots real QEMU")
+		t.Fatal("qemu-system-x86_64 not found: run hack/install-deps.sh; the embedded driver test boots real QEMU")
 	}
 	base := t.TempDir()
 	cache := filepath.Join(base, "capscache")
