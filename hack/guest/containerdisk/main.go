@@ -8,24 +8,22 @@ package main
 
 import (
 	"archive/tar"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/vmpod/vmpod/internal/ociarchive"
 )
 
 // Files in the layer are owned by uid/gid 107 with mode 0444, as in KubeVirt's
@@ -131,30 +129,7 @@ func run(out, name string, files []mapping) error {
 		return err
 	}
 
-	dir, err := os.MkdirTemp(filepath.Dir(out), ".containerdisk-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	lp, err := layout.Write(dir, empty.Index)
-	if err != nil {
-		return err
-	}
-	// ref.name is the OCI convention; containerd's importer prefers
-	// io.containerd.image.name, and falls back to ref.name.
-	if err := lp.AppendImage(img, layout.WithAnnotations(map[string]string{
-		"org.opencontainers.image.ref.name": name,
-		"io.containerd.image.name":          name,
-	})); err != nil {
-		return err
-	}
-
-	tmp := out + ".tmp"
-	if err := tarDir(tmp, dir); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return os.Rename(tmp, out)
+	return ociarchive.Write(out, img, name, epoch)
 }
 
 // writeLayer writes the image's file system: parent directories first, then
@@ -197,45 +172,4 @@ func header(name string, typ byte, mode int64, owner int, size int64) *tar.Heade
 		Typeflag: typ, Name: name, Mode: mode, Size: size,
 		Uid: owner, Gid: owner, ModTime: epoch, Format: tar.FormatPAX,
 	}
-}
-
-// tarDir archives an OCI layout directory with paths relative to its root
-// (oci-layout, index.json, blobs/sha256/...), as image importers expect.
-func tarDir(out, dir string) error {
-	f, err := os.Create(out)
-	if err != nil {
-		return err
-	}
-	tw := tar.NewWriter(f)
-	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == dir {
-			return err
-		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil {
-			return err
-		}
-		rel = filepath.ToSlash(rel)
-		if d.IsDir() {
-			return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: rel + "/", Mode: 0o755, ModTime: epoch})
-		}
-		if !d.Type().IsRegular() {
-			return fmt.Errorf("%s: unexpected file type in layout", p)
-		}
-		src, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer src.Close()
-		st, err := src.Stat()
-		if err != nil {
-			return err
-		}
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: rel, Mode: 0o644, Size: st.Size(), ModTime: epoch}); err != nil {
-			return err
-		}
-		_, err = io.Copy(tw, src)
-		return err
-	})
-	return errors.Join(err, tw.Close(), f.Close())
 }

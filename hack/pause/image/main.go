@@ -10,21 +10,19 @@ package main
 
 import (
 	"archive/tar"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/vmpod/vmpod/internal/ociarchive"
 )
 
 var epoch = time.Unix(0, 0).UTC()
@@ -85,29 +83,7 @@ func run(bin, name, out string) error {
 		return err
 	}
 
-	dir, err := os.MkdirTemp(filepath.Dir(out), ".pause-image-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	lp, err := layout.Write(dir, empty.Index)
-	if err != nil {
-		return err
-	}
-	// ref.name is the OCI convention; containerd's importer prefers
-	// io.containerd.image.name and falls back to ref.name.
-	if err := lp.AppendImage(img, layout.WithAnnotations(map[string]string{
-		"org.opencontainers.image.ref.name": name,
-		"io.containerd.image.name":          name,
-	})); err != nil {
-		return err
-	}
-	tmp := out + ".tmp"
-	if err := tarDir(tmp, dir); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return os.Rename(tmp, out)
+	return ociarchive.Write(out, img, name, epoch)
 }
 
 func writeLayer(w io.Writer, bin string) error {
@@ -131,45 +107,4 @@ func writeLayer(w io.Writer, bin string) error {
 		return err
 	}
 	return tw.Close()
-}
-
-// tarDir archives an OCI layout directory with paths relative to its root
-// (oci-layout, index.json, blobs/sha256/...), as image importers expect.
-func tarDir(out, dir string) error {
-	f, err := os.Create(out)
-	if err != nil {
-		return err
-	}
-	tw := tar.NewWriter(f)
-	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == dir {
-			return err
-		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil {
-			return err
-		}
-		rel = filepath.ToSlash(rel)
-		if d.IsDir() {
-			return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: rel + "/", Mode: 0o755, ModTime: epoch})
-		}
-		if !d.Type().IsRegular() {
-			return fmt.Errorf("%s: unexpected file type in layout", p)
-		}
-		src, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer src.Close()
-		st, err := src.Stat()
-		if err != nil {
-			return err
-		}
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: rel, Mode: 0o644, Size: st.Size(), ModTime: epoch}); err != nil {
-			return err
-		}
-		_, err = io.Copy(tw, src)
-		return err
-	})
-	return errors.Join(err, tw.Close(), f.Close())
 }
