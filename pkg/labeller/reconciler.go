@@ -138,7 +138,7 @@ func (r *Reconciler) Run(ctx context.Context) error {
 
 	var (
 		desired             *Want // nil until the first successful read
-		dirty               bool              // desired changed since the last good Apply
+		dirty               bool  // desired changed since the last good Apply
 		nextRead, nextCheck time.Time
 	)
 	for {
