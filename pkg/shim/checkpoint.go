@@ -20,13 +20,15 @@ type checkpoint struct {
 	Kind    string `json:"kind"` // "sandbox" or "vm"
 	Bundle  string `json:"bundle"`
 	PodDir  string `json:"podDir"`
+	// Cgroup is the task's cgroupsPath: the VM's cgroup, or the sandbox's,
+	// which the shim entered.
+	Cgroup string `json:"cgroup,omitempty"`
 	// For a VM:
 	Domain  string   `json:"domain,omitempty"`
 	Netns   string   `json:"netns,omitempty"`
 	Tap     string   `json:"tap,omitempty"`
 	PodIf   string   `json:"podIf,omitempty"`
 	Rootfs  string   `json:"rootfs,omitempty"`
-	Cgroup  string   `json:"cgroup,omitempty"`
 	Devices []string `json:"devices,omitempty"`
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
+	"github.com/vmpod/vmpod/pkg/podcgroup"
 	"github.com/vmpod/vmpod/pkg/virt/libvirt"
 	"github.com/vmpod/vmpod/pkg/vmspec"
 )
@@ -38,6 +39,9 @@ func cleanupAfterShim(ctx context.Context, cfg Config, bundle, id string) error 
 	if err != nil {
 		log.G(ctx).WithError(err).Warn("unreadable checkpoint; removing what can be found")
 		c = checkpoint{ID: id, PodDir: podDir, Kind: "vm", Domain: vmspec.DomainName(oci.Annotations[vmspec.CRISandboxNamespace], oci.Annotations[vmspec.CRISandboxName])}
+		if oci.Linux != nil {
+			c.Cgroup = oci.Linux.CgroupsPath
+		}
 	}
 	var errs []error
 	if c.Kind == "vm" {
@@ -53,8 +57,13 @@ func cleanupAfterShim(ctx context.Context, cfg Config, bundle, id string) error 
 				errs = append(errs, err)
 			}
 		}
-		if c.Cgroup != "" {
-			errs = append(errs, removeCgroupPath(c.Cgroup))
+	}
+	// The VM's cgroup, or the one the dead shim entered for the sandbox.
+	if c.Cgroup != "" {
+		if p, err := podcgroup.Parse(c.Cgroup); err != nil {
+			errs = append(errs, err)
+		} else {
+			errs = append(errs, podcgroup.Remove(p))
 		}
 	}
 	errs = append(errs, removeCheckpoint(podDir, id))

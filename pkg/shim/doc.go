@@ -11,7 +11,14 @@
 // happen and turned into ttrpc status codes once, in the interceptor
 // (errors.go).
 //
-// It may import vm, vmspec, host, node, podnet, virt and virt/libvirt,
-// containerd's shim, API, events and cgroups packages, and the standard
-// library; nothing imports it but cmd/vm-runtime.
+// cgroups: the shim enters its sandbox's cgroup, and QEMU, started paused,
+// moves into the VM container's cgroup with its memory limit (guest RAM plus
+// overhead) and CPU quota and weight before the guest runs; pkg/podcgroup
+// does it for cgroup v1 and v2 with either cgroup driver. A VM task without
+// a cgroupsPath it can use is refused: a VM never runs outside its pod's
+// limits.
+//
+// It may import vm, vmspec, host, node, podnet, podcgroup, virt and
+// virt/libvirt, containerd's shim, API and events packages, and the
+// standard library; nothing imports it but cmd/vm-runtime.
 package shim

@@ -12,6 +12,7 @@ import (
 
 	"github.com/vmpod/vmpod/pkg/host"
 	"github.com/vmpod/vmpod/pkg/node"
+	"github.com/vmpod/vmpod/pkg/podcgroup"
 	"github.com/vmpod/vmpod/pkg/virt/libvirt"
 	"github.com/vmpod/vmpod/pkg/vm"
 )
@@ -23,8 +24,8 @@ type pod struct {
 	id     string
 	dir    string
 	cfg    Config
-	netns  string // the pod network namespace this shim runs in; "" if none
-	cgroup string // the pod-level cgroup (cgroupfs path), "" if unknown
+	netns  string          // the pod network namespace this shim runs in; "" if none
+	cgroup *podcgroup.Path // the sandbox's cgroup, which the shim entered; nil if none
 
 	once sync.Once
 	conn *libvirt.Conn
@@ -33,7 +34,7 @@ type pod struct {
 	err  error
 }
 
-func newPod(cfg Config, sandboxID, cgroup string) (*pod, error) {
+func newPod(cfg Config, sandboxID string, cgroup *podcgroup.Path) (*pod, error) {
 	dir := cfg.podDir(sandboxID)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("pod state dir: %v: %w", err, errdefs.ErrInternal)
@@ -72,6 +73,18 @@ func (p *pod) close() {
 		if err := p.conn.Close(); err != nil {
 			log.L.WithError(err).Warn("close libvirt")
 		}
+	}
+}
+
+// leaveCgroup takes the shim out of its sandbox's cgroup and removes it
+// (cgroupfs), so no empty cgroup outlives the pod's shim; a systemd scope
+// goes with the shim by itself.
+func (p *pod) leaveCgroup() {
+	if p.cgroup == nil {
+		return
+	}
+	if err := podcgroup.Leave(*p.cgroup, os.Getpid()); err != nil {
+		log.L.WithError(err).Warn("leave the sandbox cgroup")
 	}
 }
 

@@ -363,6 +363,7 @@ func (s *service) Shutdown(ctx context.Context, r *taskAPI.ShutdownRequest) (*em
 	}
 	if p != nil {
 		p.close()
+		p.leaveCgroup()
 	}
 	s.shutdown.Shutdown()
 	return &emptypb.Empty{}, nil

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/vmpod/vmpod/pkg/podcgroup"
 	"github.com/vmpod/vmpod/pkg/vmspec"
 )
 
@@ -57,7 +58,7 @@ func (s *service) create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 		return t, s.createSandbox(ctx, t, oci)
 	}
 	t.kind = kindVM
-	p, err := s.podFor(r.ID, "")
+	p, err := s.podFor(r.ID, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +76,7 @@ func (s *service) create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 // podFor returns the pod, making it on first use: the sandbox task makes it
 // with its own id; a VM task created without a sandbox (ctr run) makes a
 // pod of its own.
-func (s *service) podFor(id, cgroup string) (*pod, error) {
+func (s *service) podFor(id string, cgroup *podcgroup.Path) (*pod, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.pod != nil {
@@ -100,21 +101,33 @@ func (s *service) otherVM(id string) string {
 	return ""
 }
 
-// createSandbox makes the pod: its state dir, and the shim joins the
-// pod-level cgroup so that QEMU, started from the shim, is counted against
-// the pod's limits from its first page.
+// createSandbox makes the pod: its state dir, and the shim enters the
+// sandbox's cgroup (a directory or a systemd scope under the pod's), so
+// that the shim, and QEMU until it moves into its own cgroup, are counted
+// against the pod's limits from their first page.
 func (s *service) createSandbox(ctx context.Context, t *task, oci *specs.Spec) error {
-	cg := podCgroup(oci)
+	var cg *podcgroup.Path
+	if oci.Linux != nil && oci.Linux.CgroupsPath != "" {
+		p, err := podcgroup.Parse(oci.Linux.CgroupsPath)
+		if err != nil {
+			return err
+		}
+		cg = &p
+	}
 	p, err := s.podFor(t.id, cg)
 	if err != nil {
 		return err
 	}
-	if cg != "" {
-		if err := joinCgroup(cg, os.Getpid()); err != nil {
+	if cg != nil {
+		if _, err := podcgroup.Enter(*cg, os.Getpid(), podcgroup.Limits{}); err != nil {
 			return err
 		}
 	}
-	if err := (checkpoint{ID: t.id, Kind: "sandbox", Bundle: t.bundle, PodDir: p.dir}).save(); err != nil {
+	ckpt := checkpoint{ID: t.id, Kind: "sandbox", Bundle: t.bundle, PodDir: p.dir}
+	if cg != nil {
+		ckpt.Cgroup = cg.Raw
+	}
+	if err := ckpt.save(); err != nil {
 		return fmt.Errorf("checkpoint: %v: %w", err, errdefs.ErrInternal)
 	}
 	return t.st.update(func(st state) (state, error) {
@@ -241,7 +254,7 @@ func (t *task) stats(ctx context.Context) (*anypb.Any, error) {
 	if t.kind != kindVM || t.vm.cgroup == nil {
 		return nil, fmt.Errorf("task %s has no cgroup of its own: %w", t.id, errdefs.ErrNotFound)
 	}
-	m, err := t.vm.cgroup.stat()
+	m, err := t.vm.cgroup.Stats()
 	if err != nil {
 		return nil, err
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path"
 	"path/filepath"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 
 	"github.com/vmpod/vmpod/pkg/convert"
 	"github.com/vmpod/vmpod/pkg/host"
+	"github.com/vmpod/vmpod/pkg/podcgroup"
 	"github.com/vmpod/vmpod/pkg/podnet"
 	"github.com/vmpod/vmpod/pkg/vm"
 	"github.com/vmpod/vmpod/pkg/vmspec"
@@ -38,10 +38,10 @@ type vmTask struct {
 	net     *podnet.Attachment
 	rootfs  string // mounted by us; "" if not
 	devices []string
-	cgPath  string // the container's cgroupsPath; "" if none
+	cgPath  podcgroup.Path // the container's cgroup, under the pod's
 	cpu     *specs.LinuxCPU
 	limit   uint64 // QEMU's memory limit: guest RAM plus overhead
-	cgroup  *vmCgroup
+	cgroup  *podcgroup.Cgroup
 	task    *task
 	ckpt    checkpoint
 }
@@ -60,20 +60,24 @@ func createVM(ctx context.Context, p *pod, r *taskAPI.CreateTaskRequest, oci *sp
 	}
 	v := &vmTask{pod: p, spec: spec, task: t, limit: spec.MemoryBytes + overhead(spec, h)}
 	v.ckpt = checkpoint{ID: r.ID, Kind: "vm", Bundle: r.Bundle, PodDir: p.dir, Domain: spec.Name, Netns: p.netns}
-	if oci.Linux != nil && filepath.IsAbs(oci.Linux.CgroupsPath) {
-		v.cgPath = oci.Linux.CgroupsPath
-		v.ckpt.Cgroup = v.cgPath
+	// QEMU runs in the container's cgroup or not at all: a VM is never
+	// left uncharged in the shim's cgroup.
+	var cgroupsPath string
+	if oci.Linux != nil {
+		cgroupsPath = oci.Linux.CgroupsPath
 		if oci.Linux.Resources != nil {
 			v.cpu = oci.Linux.Resources.CPU
 		}
 	}
+	if v.cgPath, err = podcgroup.Parse(cgroupsPath); err != nil {
+		return nil, fmt.Errorf("the VM cannot be charged to its pod: %w", err)
+	}
+	v.ckpt.Cgroup = v.cgPath.Raw
 	// The kubelet set the pod cgroup's limit to the pod's limits plus the
 	// RuntimeClass overhead; a VM that cannot fit its overhead in it would
 	// be OOM-killed at some point of its life, so it is refused now.
-	if v.cgPath != "" {
-		if err := overheadModel(spec, h).CheckPodLimit(memoryLimit(path.Dir(v.cgPath)), spec.MemoryBytes, spec.VCPUs); err != nil {
-			return nil, err
-		}
+	if err := overheadModel(spec, h).CheckPodLimit(podcgroup.MemoryLimit(v.cgPath.PodDir()), spec.MemoryBytes, spec.VCPUs); err != nil {
+		return nil, err
 	}
 	defer func() {
 		if retErr != nil {
@@ -242,16 +246,11 @@ func (v *vmTask) makeDevices(oci *specs.Spec) (map[string]string, error) {
 // and the console attaches.
 func (v *vmTask) start(ctx context.Context) (uint32, error) {
 	prepare := func(ctx context.Context, pid int) error {
-		if v.cgPath != "" {
-			cg, err := newVMCgroup(v.cgPath, v.limit, v.cpu)
-			if err != nil {
-				return err
-			}
-			v.cgroup = cg
-			if err := cg.add(pid); err != nil {
-				return err
-			}
+		cg, err := podcgroup.Enter(v.cgPath, pid, podcgroup.Limits{MemoryBytes: v.limit, CPU: v.cpu})
+		if err != nil {
+			return fmt.Errorf("move QEMU %d into the container's cgroup: %w", pid, err)
 		}
+		v.cgroup = cg
 		if v.spec.Console {
 			return v.console.attach(v.pod.layout().Console())
 		}
@@ -276,7 +275,7 @@ func (v *vmTask) wait() {
 	}
 	v.console.drain(2 * time.Second)
 	status := exit.Status
-	if v.cgroup != nil && exit.Reason != "Completed" && v.cgroup.oomKilled() {
+	if v.cgroup != nil && exit.Reason != "Completed" && v.cgroup.OOMKilled() {
 		status = 128 + uint32(unix.SIGKILL)
 		log.L.Warn("the VM was OOM-killed")
 		v.publishOOM()
@@ -328,7 +327,7 @@ func (v *vmTask) update(r *specs.LinuxResources) error {
 	if v.cgroup == nil {
 		return fmt.Errorf("the VM is not running in a cgroup of its own: %w", errdefs.ErrFailedPrecondition)
 	}
-	return v.cgroup.updateCPU(cpu)
+	return v.cgroup.UpdateCPU(cpu)
 }
 
 // delete removes the VM and everything createVM and start made.
@@ -351,7 +350,7 @@ func (v *vmTask) release(ctx context.Context) error {
 		v.console.close()
 	}
 	if v.cgroup != nil {
-		errs = append(errs, v.cgroup.remove())
+		errs = append(errs, v.cgroup.Delete())
 	}
 	for _, d := range v.devices {
 		if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
