@@ -19,6 +19,8 @@ import (
 
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
 	"github.com/containerd/containerd/api/types/task"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/containerd/typeurl/v2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -440,6 +442,38 @@ func TestShimRefusesVMBeyondPodLimit(t *testing.T) {
 	_, err := c.Create(ctx, &taskAPI.CreateTaskRequest{ID: e.p.vmID, Bundle: e.p.vmBundle})
 	if err == nil || !strings.Contains(err.Error(), "podFixed") {
 		t.Fatalf("Create VM in a pod limited to 300M: error %v, want a refusal naming podFixed", err)
+	}
+	e.env.delete(t, e.p.vmID, e.p.vmBundle)
+	if _, err := c.Kill(ctx, &taskAPI.KillRequest{ID: e.p.sandboxID, Signal: uint32(syscall.SIGKILL)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Delete(ctx, &taskAPI.DeleteRequest{ID: e.p.sandboxID}); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = c.Shutdown(ctx, &taskAPI.ShutdownRequest{ID: e.p.sandboxID})
+	e.env.delete(t, e.p.sandboxID, e.p.sandboxBundle)
+	e.assertClean(t)
+}
+
+// TestShimRefusesVMWithoutCgroup: a VM whose container has no cgroupsPath
+// could not be charged to its pod, so Create refuses it, saying why, and
+// leaves nothing behind: it never runs in the shim's cgroup unlimited.
+func TestShimRefusesVMWithoutCgroup(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e := newPodEnv(t)
+	s := vmSpec(e.p, e.podNS, "", nil)
+	s.Linux.CgroupsPath = ""
+	writeBundle(t, e.p.vmBundle, s)
+	addr := e.env.start(t, e.p.sandboxID, e.p.sandboxBundle)
+	c := dial(t, addr)
+	if _, err := c.Create(ctx, &taskAPI.CreateTaskRequest{ID: e.p.sandboxID, Bundle: e.p.sandboxBundle}); err != nil {
+		t.Fatal(err)
+	}
+	e.env.start(t, e.p.vmID, e.p.vmBundle)
+	_, err := c.Create(ctx, &taskAPI.CreateTaskRequest{ID: e.p.vmID, Bundle: e.p.vmBundle})
+	if err == nil || !errdefs.IsInvalidArgument(errgrpc.ToNative(err)) || !strings.Contains(err.Error(), "cannot be charged to its pod") {
+		t.Fatalf("Create VM without a cgroupsPath: error %v, want InvalidArgument saying it cannot be charged to its pod", err)
 	}
 	e.env.delete(t, e.p.vmID, e.p.vmBundle)
 	if _, err := c.Kill(ctx, &taskAPI.KillRequest{ID: e.p.sandboxID, Signal: uint32(syscall.SIGKILL)}); err != nil {

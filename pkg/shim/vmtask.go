@@ -54,25 +54,26 @@ func createVM(ctx context.Context, p *pod, r *taskAPI.CreateTaskRequest, oci *sp
 	if err != nil {
 		return nil, err
 	}
+	// QEMU runs in the container's cgroup or not at all: a VM is never
+	// left uncharged in the shim's cgroup.
+	var cgroupsPath string
+	var cpu *specs.LinuxCPU
+	if oci.Linux != nil {
+		cgroupsPath = oci.Linux.CgroupsPath
+		if oci.Linux.Resources != nil {
+			cpu = oci.Linux.Resources.CPU
+		}
+	}
+	cgPath, err := podcgroup.Parse(cgroupsPath)
+	if err != nil {
+		return nil, fmt.Errorf("the VM cannot be charged to its pod: %w", err)
+	}
 	rt, h, err := p.hypervisor(ctx)
 	if err != nil {
 		return nil, err
 	}
-	v := &vmTask{pod: p, spec: spec, task: t, limit: spec.MemoryBytes + overhead(spec, h)}
-	v.ckpt = checkpoint{ID: r.ID, Kind: "vm", Bundle: r.Bundle, PodDir: p.dir, Domain: spec.Name, Netns: p.netns}
-	// QEMU runs in the container's cgroup or not at all: a VM is never
-	// left uncharged in the shim's cgroup.
-	var cgroupsPath string
-	if oci.Linux != nil {
-		cgroupsPath = oci.Linux.CgroupsPath
-		if oci.Linux.Resources != nil {
-			v.cpu = oci.Linux.Resources.CPU
-		}
-	}
-	if v.cgPath, err = podcgroup.Parse(cgroupsPath); err != nil {
-		return nil, fmt.Errorf("the VM cannot be charged to its pod: %w", err)
-	}
-	v.ckpt.Cgroup = v.cgPath.Raw
+	v := &vmTask{pod: p, spec: spec, task: t, limit: spec.MemoryBytes + overhead(spec, h), cgPath: cgPath, cpu: cpu}
+	v.ckpt = checkpoint{ID: r.ID, Kind: "vm", Bundle: r.Bundle, PodDir: p.dir, Domain: spec.Name, Netns: p.netns, Cgroup: cgPath.Raw}
 	// The kubelet set the pod cgroup's limit to the pod's limits plus the
 	// RuntimeClass overhead; a VM that cannot fit its overhead in it would
 	// be OOM-killed at some point of its life, so it is refused now.
