@@ -2,10 +2,12 @@
 # Builds what boots a cgroup v2 + systemd node as a VM over this machine's
 # own root (see internal/testenv/nodevm):
 #   vmlinux      the test guest's kernel (hack/guest/build.sh), copied
-#   initrd.img   busybox-static initramfs whose /init (rootfs/init) mounts
-#                the host root read-only over virtio-9p under an overlay
-#                with a tmpfs upper, mounts the read-write share, installs
-#                rootfs/nodevm's units and masks and switch_roots into systemd
+#   initrd.img   busybox-static initramfs whose /init (./init) mounts the
+#                host root read-only over virtio-9p under an overlay with a
+#                tmpfs upper, mounts the read-write share, adds ./overlay
+#                (the units that run the test), the unit masks (./masks) and
+#                generator masks (all but ./generators), and switch_roots
+#                into systemd
 #   nodevm.env   KERNEL_VERSION=...
 #
 # Usage: hack/nodevm/build.sh [OUTDIR]   (default <repo>/_output/nodevm)
@@ -93,8 +95,16 @@ cp /bin/busybox "$ir/bin/busybox"
 busybox --list-full | while read -r applet; do
 	[[ -e $ir/$applet ]] || ln -s /bin/busybox "$ir/$applet"
 done
-cp -R "$here/rootfs/." "$ir/"
-chmod 0755 "$ir/init" "$ir/nodevm/run"
+install -m 0755 "$here/init" "$ir/init"
+# What /init copies into the root's overlay: our units and their program,
+# default.target, and the masks as systemd spells them (links to /dev/null).
+cp -R "$here/overlay" "$ir/overlay"
+chmod 0755 "$ir/overlay/usr/local/libexec/vmpod-nodevm-run"
+units=$ir/overlay/etc/systemd/system
+ln -s vmpod-nodevm.target "$units/default.target"
+names() { sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$1"; }
+names "$here/masks" | while read -r u; do ln -s /dev/null "$units/$u"; done
+names "$here/generators" | tr '\n' ' ' >"$ir/generators"
 guest_copy_modules "$kroot" "$kver" "$ir/lib/modules" "${modules[@]}" ||
 	die "cannot collect the kernel modules"
 log "initramfs modules: $(tr '\n' ' ' <"$ir/lib/modules/load.list")"
