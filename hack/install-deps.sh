@@ -18,6 +18,13 @@ packages=(
   xorriso
   # network namespaces, taps, tc
   iproute2
+  # the cgroup v2 node VM (hack/nodevm) boots this machine's root with systemd
+  # as PID 1 and needs D-Bus for the systemd cgroup driver. Harmless on a
+  # machine without systemd as PID 1: systemd's maintainer scripts only enable
+  # units offline (they act only when /run/systemd/system exists), and dbus's
+  # postinst start goes through invoke-rc.d, which these machines' policy-rc.d
+  # (exit 101) denies; elsewhere it starts a system dbus-daemon, nothing more.
+  systemd dbus
 )
 
 missing=()

@@ -16,6 +16,52 @@
 # The kernel .deb is kept in OUTDIR; delete it to pick up a newer kernel.
 set -euo pipefail
 
+# --- shared with hack/nodevm/build.sh, which sources this file ---------------
+
+# guest_copy_modules KROOT KVER DIR MODULE...: copies MODULEs and everything
+# they depend on from the unpacked kernel package KROOT (depmod already run)
+# into DIR as plain NAME.ko, and appends the names, in the order insmod must
+# load them, to DIR/load.list.
+guest_copy_modules() {
+	local kroot=$1 kver=$2 dir=$3 m verb path name deps
+	shift 3
+	deps=$dir/.deps # in the caller's build dir, removed with it on error
+	# modprobe --show-depends prints the insmod commands in load order,
+	# softdeps included (ext4 needs crc32c through the crypto API, not a
+	# symbol).
+	for m in "$@"; do
+		modprobe -d "$kroot" -S "$kver" --show-depends "$m" >>"$deps" || {
+			echo "module $m not found in $kver" >&2
+			return 1
+		}
+	done
+	local -A seen=()
+	while read -r verb path _; do
+		[[ $verb == insmod ]] || continue # "builtin X": nothing to load
+		# Arch-optimised crypto (crc32c-intel) needs CPU features that TCG's
+		# default CPU lacks; the generic implementations are in the list too.
+		[[ $path == */kernel/arch/x86/crypto/* ]] && continue
+		name=$(basename "$path")
+		name=${name%%.ko*}
+		[[ -n ${seen[$name]:-} ]] && continue
+		seen[$name]=1
+		case $path in
+		*.ko.xz) xz -dc "$path" >"$dir/$name.ko" || return 1 ;;
+		*.ko.zst) zstd -qdc "$path" >"$dir/$name.ko" || return 1 ;;
+		*.ko) cp "$path" "$dir/$name.ko" || return 1 ;;
+		*)
+			echo "unexpected module file $path" >&2
+			return 1
+			;;
+		esac
+		echo "$name" >>"$dir/load.list"
+	done <"$deps"
+	rm -f "$deps"
+}
+
+# Sourced for the functions above: stop here.
+[[ ${BASH_SOURCE[0]} == "$0" ]] || return 0
+
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 out=${1:-$repo/_output/guest}
@@ -131,30 +177,8 @@ cp -R "$here/rootfs/." "$ir/"
 chmod 0755 "$ir/init" "$ir/bin/http-reply" "$ir/bin/guest-poweroff" \
 	"$ir/etc/udhcpc.script" "$ir/etc/acpi/PWRF/00000080"
 
-# modprobe --show-depends prints the insmod commands in load order, softdeps
-# included (ext4 needs crc32c through the crypto API, not a symbol).
-for m in "${modules[@]}"; do
-	modprobe -d "$kroot" -S "$kver" --show-depends "$m" >>"$tmp/deps" ||
-		die "module $m not found in $kver"
-done
-declare -A seen=()
-while read -r verb path _; do
-	[[ $verb == insmod ]] || continue # "builtin X": nothing to load
-	# Arch-optimised crypto (crc32c-intel) needs CPU features that TCG's
-	# default CPU lacks; the generic implementations are in the list too.
-	[[ $path == */kernel/arch/x86/crypto/* ]] && continue
-	name=$(basename "$path")
-	name=${name%%.ko*}
-	[[ -n ${seen[$name]:-} ]] && continue
-	seen[$name]=1
-	case $path in
-	*.ko.xz) xz -dc "$path" >"$ir/lib/modules/$name.ko" ;;
-	*.ko.zst) zstd -qdc "$path" >"$ir/lib/modules/$name.ko" ;;
-	*.ko) cp "$path" "$ir/lib/modules/$name.ko" ;;
-	*) die "unexpected module file $path" ;;
-	esac
-	echo "$name" >>"$ir/lib/modules/load.list"
-done <"$tmp/deps"
+guest_copy_modules "$kroot" "$kver" "$ir/lib/modules" "${modules[@]}" ||
+	die "cannot collect the kernel modules"
 log "initramfs modules: $(tr '\n' ' ' <"$ir/lib/modules/load.list")"
 
 # Sorted names, fixed owner and times, --reproducible: same inputs, same
