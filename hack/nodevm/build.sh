@@ -8,6 +8,10 @@
 #                (the units that run the test), the unit masks (./masks) and
 #                generator masks (all but ./generators), and switch_roots
 #                into systemd
+#   modules/     the kernel's modules with their modules.dep; /init binds
+#                them at /lib/modules/<version> in the node, so the node
+#                loads what it needs on demand (bridge, veth, tun, tc
+#                actions for pod networks)
 #   nodevm.env   KERNEL_VERSION=...
 #
 # Usage: hack/nodevm/build.sh [OUTDIR]   (default <repo>/_output/nodevm)
@@ -39,12 +43,12 @@ die() {
 	exit 1
 }
 
-outputs=(vmlinux initrd.img nodevm.env)
+outputs=(vmlinux initrd.img modules nodevm.env)
 
 # nodevm.env is written last, so it doubles as the stamp of a complete build.
 uptodate() {
 	local f
-	for f in "${outputs[@]}"; do [[ -f $out/$f ]] || return 1; done
+	for f in "${outputs[@]}"; do [[ -e $out/$f ]] || return 1; done
 	[[ -z $(find "$here" "$guest/guest.env" -newer "$out/nodevm.env" -print -quit) ]]
 }
 
@@ -108,6 +112,11 @@ names "$here/generators" | tr '\n' ' ' >"$ir/generators"
 guest_copy_modules "$kroot" "$kver" "$ir/lib/modules" "${modules[@]}" ||
 	die "cannot collect the kernel modules"
 log "initramfs modules: $(tr '\n' ' ' <"$ir/lib/modules/load.list")"
+# The node's own modules: /init binds $out/modules (seen through the host
+# root) at /lib/modules/$kver.
+printf '%s\n' "$kver" >"$ir/kernel.version"
+printf '%s\n' "$out/modules" >"$ir/modules.path"
+mv "$kroot/lib/modules/$kver" "$tmp/modules"
 
 # Reproducible, as hack/guest/build.sh's.
 find "$ir" -exec touch -h -d @0 {} +
@@ -116,6 +125,9 @@ find "$ir" -exec touch -h -d @0 {} +
 
 cp "$guest/vmlinux" "$tmp/vmlinux"
 printf 'KERNEL_VERSION=%s\n' "$kver" >"$tmp/nodevm.env"
-for f in "${outputs[@]}"; do mv -f "$tmp/$f" "$out/$f"; done
+for f in "${outputs[@]}"; do
+	rm -rf "${out:?}/$f"
+	mv "$tmp/$f" "$out/$f"
+done
 log "done: $out"
 echo "$out"

@@ -22,6 +22,11 @@ busctl get-property org.freedesktop.systemd1 /org/freedesktop/systemd1 \
 systemd-run --slice=kubepods-besteffort-podabc.slice --unit=probe --scope \
 	sh -c 'cat /proc/self/cgroup; sleep 1' >scope 2>scope.err
 systemd-analyze >analyze 2>&1
+# The kernel loads the modules a pod network needs on demand.
+{ ip link add vmpodbr0 type bridge && ip link add vmpodv0 type veth peer name vmpodv1 &&
+	ip tuntap add dev vmpodtap0 mode tap && tc qdisc add dev vmpodtap0 ingress &&
+	tc filter add dev vmpodtap0 parent ffff: protocol all u32 match u32 0 0 \
+		action mirred egress redirect dev vmpodv0 && echo ok; } >netmods 2>&1
 
 qemu-system-x86_64 --version | head -1 >qemu-version
 # A nested TCG machine initialises (and quits at its monitor's prompt).
@@ -90,6 +95,7 @@ func TestNodeVM(t *testing.T) {
 		{"pid1", "systemd"},
 		{"scope", "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podabc.slice/probe.scope"},
 		{"nested-start-exit", "0"},
+		{"netmods", "ok"},
 	} {
 		if got := file(c.name); got != c.want {
 			t.Errorf("%s = %q, want %q (%s)", c.name, got, c.want, file(c.name+".err")+file(strings.TrimSuffix(c.name, "-exit")))
