@@ -1,5 +1,7 @@
-// Package containerd_test runs VM pods through real containerd 2.4.2 and
-// crictl with the vmpod runtime handler, as a kubelet would.
+// Package containerd_test runs VM pods through real containerd 2.4.2
+// (task API v3) and 1.7.35 (task API v2) and crictl with the vmpod runtime
+// handler, as a kubelet would. The harness builds either containerd with
+// its hack/containerd script when missing.
 package containerd_test
 
 import (
