@@ -69,6 +69,9 @@ func TestShimLegacyStart(t *testing.T) {
 		t.Errorf("bundle address file = %q, %v; want %q", b, err, addr)
 	}
 	c := dialV2(t, addr)
+	if conn, err := c.Connect(ctx, &taskv2.ConnectRequest{ID: e.p.sandboxID}); err == nil {
+		killOnCleanup(t, int(conn.ShimPid))
+	}
 	if _, err := c.Create(ctx, &taskv2.CreateTaskRequest{ID: e.p.sandboxID, Bundle: e.p.sandboxBundle}); err != nil {
 		t.Fatalf("v2 create sandbox: %v", err)
 	}

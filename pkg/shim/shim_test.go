@@ -132,6 +132,7 @@ func (e *podEnv) runPod(t testing.TB, ctx context.Context) (taskAPI.TTRPCTaskSer
 	t.Helper()
 	addr := e.env.start(t, e.p.sandboxID, e.p.sandboxBundle)
 	c := dial(t, addr)
+	killShimOnCleanup(t, ctx, c.Connect, e.p.sandboxID)
 	if _, err := c.Create(ctx, &taskAPI.CreateTaskRequest{ID: e.p.sandboxID, Bundle: e.p.sandboxBundle}); err != nil {
 		t.Fatalf("create sandbox: %v", err)
 	}
