@@ -2,7 +2,7 @@
 # vmpod node installer, in the manner of kata-deploy: run by the
 # vmpod-installer DaemonSet with the host's root filesystem at $HOST_ROOT,
 # it puts the shim on the host and the vmpod runtime handler into the
-# host's containerd configuration, and takes both out again.
+# host's containerd (or CRI-O) configuration, and takes both out again.
 #
 #   vmpod-installer.sh install     install (idempotent) and exit
 #   vmpod-installer.sh uninstall   remove what install added and exit
@@ -13,10 +13,12 @@
 #   HOST_ROOT                 the host's / [/host]
 #   VMPOD_BIN                 the vm-runtime binary to install [/usr/local/bin/vm-runtime]
 #   VMPOD_DIR                 where it goes on the host [/opt/vmpod]
+#   CONTAINER_RUNTIME         containerd or crio [containerd]
 #   CONTAINERD_CONFIG         containerd's config on the host [/etc/containerd/config.toml]
 #   CONTAINERD_VERSION        e.g. 2.1.4; asked of the host's containerd when unset
-#   RESTART_CONTAINERD        systemctl (on the host, through PID 1's mount
-#                             namespace) or none [systemctl]
+#   CRIO_CONFIG_DIR           CRI-O's drop-in dir on the host [/etc/crio/crio.conf.d]
+#   RESTART_CONTAINERD        systemctl (restart containerd, or crio, on the host
+#                             through PID 1's mount namespace) or none [systemctl]
 #   CHECK_HOST                true: refuse to install where QEMU or libvirt's
 #                             QEMU driver is missing [true]
 #   VMPOD_UNINSTALL_ON_STOP   true: `run` uninstalls when the pod stops [true]
@@ -24,13 +26,17 @@
 # The runtime goes into containerd's config as one block between marker
 # lines, in the layout of the file's `version`: version 2 (containerd 1.7,
 # and 2.x reading an old file) or version 3+ (containerd 2.x). Uninstall
-# deletes exactly those lines, so the file is as it was.
+# deletes exactly those lines, so the file is as it was. For CRI-O the
+# runtime is a drop-in file of its own (runtime_type "vm"), removed on
+# uninstall.
 set -eu
 
 HOST_ROOT=${HOST_ROOT:-/host}
 VMPOD_BIN=${VMPOD_BIN:-/usr/local/bin/vm-runtime}
 VMPOD_DIR=${VMPOD_DIR:-/opt/vmpod}
+CONTAINER_RUNTIME=${CONTAINER_RUNTIME:-containerd}
 CONTAINERD_CONFIG=${CONTAINERD_CONFIG:-/etc/containerd/config.toml}
+CRIO_CONFIG_DIR=${CRIO_CONFIG_DIR:-/etc/crio/crio.conf.d}
 RESTART_CONTAINERD=${RESTART_CONTAINERD:-systemctl}
 CHECK_HOST=${CHECK_HOST:-true}
 VMPOD_UNINSTALL_ON_STOP=${VMPOD_UNINSTALL_ON_STOP:-true}
@@ -49,6 +55,11 @@ host() { echo "$HOST_ROOT$1"; }
 config=$(host "$CONTAINERD_CONFIG")
 # Marks a config file the installer created, so uninstall removes it.
 created_mark=$(host "$VMPOD_DIR/.created-containerd-config")
+crio_dropin=$(host "$CRIO_CONFIG_DIR/50-vmpod.conf")
+case $CONTAINER_RUNTIME in
+containerd | crio) ;;
+*) die "CONTAINER_RUNTIME=$CONTAINER_RUNTIME: want containerd or crio" ;;
+esac
 
 # on_host CMD...: run a host command in the host's mount namespace (the
 # pod has hostPID), so it sees the host's binaries, libraries and systemd.
@@ -150,6 +161,52 @@ configure() {
 	changed=true
 }
 
+# crio_block: CRI-O's runtime handler. runtime_type "vm" makes CRI-O start
+# the shim as containerd 1.7 does and speak task API v2 to it. CRI-O puts
+# every pod annotation into the sandbox's spec, so vmpod.io/ needs no
+# allowed_annotations entry (that list only gates CRI-O's own annotations).
+crio_block() {
+	cat <<EOF
+$BEGIN
+[crio.runtime.runtimes.vmpod]
+  runtime_path = "$VMPOD_DIR/bin/$SHIM"
+  runtime_type = "vm"
+  # CRI-O keeps the task stdio FIFOs under <runtime_root>/crio/fifo.
+  runtime_root = "/run/vmpod/crio"
+$END
+EOF
+}
+
+# configure_crio: write the drop-in; sets changed=true when it changed.
+configure_crio() {
+	new=$(mktemp)
+	crio_block >"$new"
+	if [ -f "$crio_dropin" ] && cmp -s "$new" "$crio_dropin"; then
+		rm -f "$new"
+		log "$CRIO_CONFIG_DIR/50-vmpod.conf already has the vmpod runtime"
+		return 0
+	fi
+	for f in "$(host /etc/crio/crio.conf)" "$(dirname "$crio_dropin")"/*.conf; do
+		[ "$f" != "$crio_dropin" ] && grep -qs 'runtimes\.vmpod\]' "$f" || continue
+		rm -f "$new"
+		die "${f#"$HOST_ROOT"} already defines a vmpod runtime; remove it first"
+	done
+	mkdir -p "$(dirname "$crio_dropin")"
+	cp "$new" "$crio_dropin.vmpod-tmp"
+	chmod 0644 "$crio_dropin.vmpod-tmp"
+	mv "$crio_dropin.vmpod-tmp" "$crio_dropin"
+	rm -f "$new"
+	log "added the vmpod runtime to CRI-O ($CRIO_CONFIG_DIR/50-vmpod.conf)"
+	changed=true
+}
+
+unconfigure_crio() {
+	[ -f "$crio_dropin" ] || return 0
+	rm -f "$crio_dropin"
+	log "removed $CRIO_CONFIG_DIR/50-vmpod.conf"
+	changed=true
+}
+
 unconfigure() {
 	[ -f "$config" ] || return 0
 	new=$(mktemp)
@@ -171,10 +228,10 @@ unconfigure() {
 
 restart_containerd() {
 	case $RESTART_CONTAINERD in
-	none) log "containerd not restarted (RESTART_CONTAINERD=none): restart it to apply the change" ;;
+	none) log "$CONTAINER_RUNTIME not restarted (RESTART_CONTAINERD=none): restart it to apply the change" ;;
 	systemctl)
-		log "restarting containerd (running containers and VMs keep running)"
-		on_host systemctl restart containerd || die "systemctl restart containerd failed"
+		log "restarting $CONTAINER_RUNTIME (running containers and VMs keep running)"
+		on_host systemctl restart "$CONTAINER_RUNTIME" || die "systemctl restart $CONTAINER_RUNTIME failed"
 		;;
 	*) die "RESTART_CONTAINERD=$RESTART_CONTAINERD: want systemctl or none" ;;
 	esac
@@ -184,13 +241,13 @@ do_install() {
 	check_host
 	install_shim
 	changed=false
-	configure
+	if [ "$CONTAINER_RUNTIME" = crio ]; then configure_crio; else configure; fi
 	if [ "$changed" = true ]; then restart_containerd; fi
 }
 
 do_uninstall() {
 	changed=false
-	unconfigure
+	if [ "$CONTAINER_RUNTIME" = crio ]; then unconfigure_crio; else unconfigure; fi
 	if [ "$changed" = true ]; then restart_containerd; fi
 	bindir=$(host "$VMPOD_DIR/bin")
 	rm -f "$bindir/$SHIM" "$bindir/vm-runtime" "$bindir/.vm-runtime.tmp"

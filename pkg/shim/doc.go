@@ -1,7 +1,9 @@
 // Package shim is vmpod's containerd runtime v2 shim: the task API over
-// ttrpc (containerd.task.v3), served by containerd's own pkg/shim, for one
-// pod. containerd runs it as containerd-shim-vmpod-v2 for RuntimeClass
-// handlers whose runtime_type is io.containerd.vmpod.v2.
+// ttrpc (containerd.task.v3, and v2 through a re-marshalling adapter for
+// containerd 1.7 and CRI-O, taskv2.go), served by containerd's own
+// pkg/shim, for one pod. containerd runs it as containerd-shim-vmpod-v2 for
+// RuntimeClass handlers whose runtime_type is io.containerd.vmpod.v2. The
+// start command answers both bootstrap protocols (bootstrap.go).
 //
 // One shim process serves one pod. The sandbox task holds the pod: its
 // network namespace (the shim process lives in it, see manager.go), its

@@ -365,3 +365,21 @@ func waitGone(pid int, d time.Duration) bool {
 }
 
 func strconvItoa(i int) string { return fmt.Sprint(i) }
+
+// killShimOnCleanup makes sure a test that fails half way does not leave
+// the pod's shim running (a passing test has shut it down already).
+func killShimOnCleanup(t testing.TB, ctx context.Context, connect func(context.Context, *taskAPI.ConnectRequest) (*taskAPI.ConnectResponse, error), id string) {
+	t.Helper()
+	if conn, err := connect(ctx, &taskAPI.ConnectRequest{ID: id}); err == nil {
+		killOnCleanup(t, int(conn.ShimPid))
+	}
+}
+
+func killOnCleanup(t testing.TB, pid int) {
+	t.Cleanup(func() {
+		if alive(pid) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			waitGone(pid, 5*time.Second)
+		}
+	})
+}

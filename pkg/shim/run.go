@@ -2,6 +2,8 @@ package shim
 
 import (
 	"context"
+	"fmt"
+	"os"
 
 	"github.com/containerd/containerd/v2/pkg/shim"
 )
@@ -11,6 +13,14 @@ import (
 // the shim's flags and action, without the program name.
 func Run(argv0 string, args []string) {
 	cfg := ConfigFromEnv()
+	// containerd 1.7 and CRI-O start shims the way pkg/shim refuses.
+	if done, err := startLegacy(context.Background(), NewManager(cfg), args); done {
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v", RuntimeName, err)
+			os.Exit(1)
+		}
+		return
+	}
 	Register(cfg)
 	// containerd's shim package parses os.Args itself.
 	setArgs(argv0, args)

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	eventstypes "github.com/containerd/containerd/api/events"
+	taskv2 "github.com/containerd/containerd/api/runtime/task/v2"
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
 	tasktypes "github.com/containerd/containerd/api/types/task"
 	"github.com/containerd/containerd/v2/core/runtime"
@@ -74,9 +75,11 @@ func newService(ctx context.Context, cfg Config, p shim.Publisher, sd shutdown.S
 	return s
 }
 
-// RegisterTTRPC serves the task API.
+// RegisterTTRPC serves the task API, v3 for containerd 2.x and v2 (the
+// same service through taskV2) for containerd 1.7 and CRI-O.
 func (s *service) RegisterTTRPC(server *ttrpc.Server) error {
 	taskAPI.RegisterTTRPCTaskService(server, s)
+	taskv2.RegisterTTRPCTaskService(server, &taskV2{v3: s})
 	return nil
 }
 

@@ -23,7 +23,8 @@ var (
 // layout of the file's version, a second install changes nothing, and
 // uninstall leaves the config byte for byte as it was. Where containerd
 // 2.4.2 is built (_output/bin, hack/containerd/install.sh), containerd
-// itself reads each result.
+// itself reads each result, and containerd 1.7 (_output/containerd-1.7/bin,
+// hack/containerd/install-1.7.sh) each version 2 result.
 func TestInstallerScript(t *testing.T) {
 	root := repoRoot(t)
 	script := filepath.Join(root, "manifests", "installer", "vmpod-installer.sh")
@@ -74,7 +75,7 @@ func TestInstallerScript(t *testing.T) {
 			if link, err := os.Readlink(filepath.Join(host, "opt", "vmpod", "bin", "containerd-shim-vmpod-v2")); err != nil || link != "vm-runtime" {
 				t.Errorf("shim link: %q, %v", link, err)
 			}
-			containerdReads(t, root, cfgPath)
+			containerdReads(t, root, cfgPath, slices.Equal(tc.path, v2Path))
 
 			if out := run("install"); !strings.Contains(out, "already has the vmpod runtime") {
 				t.Errorf("second install changed the config:\n%s", out)
@@ -145,19 +146,29 @@ func lookup(m map[string]any, path ...string) map[string]any {
 }
 
 // containerdReads has containerd 2.4.2 load the config (it migrates a
-// version 2 file) and checks that the vmpod runtime is in what it read.
-func containerdReads(t *testing.T, root, cfgPath string) {
+// version 2 file) and checks that the vmpod runtime is in what it read;
+// and, for a version 2 file, containerd 1.7 too.
+func containerdReads(t *testing.T, root, cfgPath string, version2 bool) {
 	t.Helper()
-	bin := filepath.Join(root, "_output", "bin", "containerd")
-	if _, err := os.Stat(bin); err != nil {
-		t.Logf("containerd not built (hack/containerd/install.sh): not asking containerd itself")
-		return
+	type reader struct {
+		bin, script string
+		path        []string // where the runtime is in its config dump
 	}
-	out, err := exec.Command(bin, "--config", cfgPath, "config", "dump").Output() // warnings go to stderr
-	if err != nil {
-		t.Fatalf("containerd config dump: %v\n%s", err, stderr(err))
+	readers := []reader{{filepath.Join(root, "_output", "bin", "containerd"), "install.sh", v3Path}}
+	if version2 {
+		readers = append(readers, reader{filepath.Join(root, "_output", "containerd-1.7", "bin", "containerd"), "install-1.7.sh", v2Path})
 	}
-	checkRuntimeTable(t, out, v3Path)
+	for _, r := range readers {
+		if _, err := os.Stat(r.bin); err != nil {
+			t.Logf("%s not built (hack/containerd/%s): not asking it", r.bin, r.script)
+			continue
+		}
+		out, err := exec.Command(r.bin, "--config", cfgPath, "config", "dump").Output() // warnings go to stderr
+		if err != nil {
+			t.Fatalf("%s config dump: %v\n%s", r.bin, err, stderr(err))
+		}
+		checkRuntimeTable(t, out, r.path)
+	}
 }
 
 func writeFile(t *testing.T, path string, data []byte, mode os.FileMode) {

@@ -23,20 +23,25 @@ import (
 // runc as the default runtime and a vmpod runtime whose shim is looked up on
 // the system PATH.
 type Options struct {
+	// Release is the containerd to run: Containerd24 (the zero value) or
+	// Containerd17.
+	Release Release
 	// ShimDir is put first on containerd's PATH, so that the vmpod runtime
 	// (runtime_type io.containerd.vmpod.v2) resolves to
 	// ShimDir/containerd-shim-vmpod-v2. Shims inherit that PATH.
 	ShimDir string
 	// VMPodSandboxer is the vmpod runtime's sandboxer: "podsandbox" (the
 	// default: the sandbox is a pause task through the shim) or "shim" (the
-	// sandbox API: CreateSandbox gets the whole pod config).
+	// sandbox API: CreateSandbox gets the whole pod config; 2.x only).
 	VMPodSandboxer string
 	// Snapshotter for CRI and image import: "" picks overlayfs when an
 	// overlay mount works under the root, else native.
 	Snapshotter string
-	// BinDir holds containerd, ctr, containerd-shim-runc-v2 and crictl.
-	// Default: $VMPOD_CONTAINERD_BIN, else <repo>/_output/bin, filled (and
-	// checked against the pinned versions) by hack/containerd/install.sh.
+	// BinDir holds containerd, ctr, crictl and (2.4 only)
+	// containerd-shim-runc-v2. Default for 2.4: $VMPOD_CONTAINERD_BIN, else
+	// <repo>/_output/bin, filled (and checked against the pinned versions)
+	// by hack/containerd/install.sh; for 1.7: $VMPOD_CONTAINERD17_BIN, else
+	// <repo>/_output/containerd-1.7/bin by hack/containerd/install-1.7.sh.
 	BinDir string
 	// PauseArchive is the OCI archive of the sandbox image, imported before
 	// containerd is handed to the test. Default: $VMPOD_PAUSE_ARCHIVE, else
@@ -107,8 +112,10 @@ type Containerd struct {
 	PauseImage string
 	// PodCIDR is the bridge network's subnet.
 	PodCIDR string
-	// BinDir holds containerd, ctr, containerd-shim-runc-v2 and crictl.
+	// BinDir holds containerd, ctr and crictl.
 	BinDir string
+	// Release is the containerd running.
+	Release Release
 
 	opts Options
 	inst *instance
@@ -149,6 +156,9 @@ func Start(t testing.TB, opts Options) *Containerd {
 	if opts.VMPodSandboxer == "" {
 		opts.VMPodSandboxer = "podsandbox"
 	}
+	if opts.Release == Containerd17 && opts.VMPodSandboxer != "podsandbox" {
+		t.Fatalf("containerd harness: %v has no sandboxer %q", opts.Release, opts.VMPodSandboxer)
+	}
 	if opts.LogLevel == "" {
 		opts.LogLevel = "info"
 	}
@@ -162,7 +172,7 @@ func Start(t testing.TB, opts Options) *Containerd {
 	sweepStale(t)
 	binDir := opts.BinDir
 	if binDir == "" {
-		binDir = installedBinDir(t)
+		binDir = installedBinDir(t, opts.Release)
 	}
 	pause := opts.PauseArchive
 	if pause == "" {
@@ -186,6 +196,7 @@ func Start(t testing.TB, opts Options) *Containerd {
 		PauseImage:   opts.PauseImage,
 		PodCIDR:      opts.PodCIDR,
 		BinDir:       binDir,
+		Release:      opts.Release,
 		opts:         opts,
 	}
 	c.Endpoint = "unix://" + c.Address
@@ -222,6 +233,7 @@ func Start(t testing.TB, opts Options) *Containerd {
 		}
 	}
 	cfg, err := renderConfig(configData{
+		Release:        opts.Release,
 		Dir:            d,
 		Address:        c.Address,
 		TTRPCAddress:   c.Address + ".ttrpc",
@@ -319,7 +331,7 @@ func (c *Containerd) start(t testing.TB) {
 		c.mu.Unlock()
 		close(exited)
 	}()
-	t.Logf("containerd: started pid %d, root %s", cmd.Process.Pid, c.Root)
+	t.Logf("containerd: %v started, pid %d, root %s", c.Release, cmd.Process.Pid, c.Root)
 	if err := c.waitReady(t, logStart); err != nil {
 		t.Fatalf("containerd: %v\n--- last lines of %s ---\n%s", err, c.LogPath, tail(c.LogPath, 40))
 	}

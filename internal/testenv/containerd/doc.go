@@ -1,6 +1,6 @@
-// Package containerd runs a real containerd 2.4.2 for tests, with its CRI
-// plugin, the CNI bridge plugin and crictl, the way a Kubernetes node runs it,
-// but private to one test:
+// Package containerd runs a real containerd 2.4.2 (or 1.7.35, with
+// Options.Release) for tests, with its CRI plugin, the CNI bridge plugin and
+// crictl, the way a Kubernetes node runs it, but private to one test:
 //
 //   - a network namespace of its own (the node's), holding containerd's
 //     loopback, the CNI bridge and every pod IP, plus a veth pair with both
@@ -21,8 +21,8 @@
 // path in the command line, or by cgroup; never by name), unmounts, and
 // removes the network namespace, the cgroup directories and the root.
 //
-// Tests need root. The binaries come from hack/containerd/install.sh and the
-// pause image from hack/pause/build.sh, both cached.
+// Tests need root. The binaries come from hack/containerd/install.sh (1.7:
+// install-1.7.sh) and the pause image from hack/pause/build.sh, all cached.
 //
 // This package imports no vmpod package.
 package containerd

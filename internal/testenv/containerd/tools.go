@@ -37,30 +37,40 @@ func RepoRoot(t testing.TB) string {
 // Within one test binary the scripts run once; across binaries they take
 // their own locks.
 var (
-	installOnce sync.Once
-	installDir  string
-	installErr  error
-	pauseOnce   sync.Once
-	pausePath   string
-	pauseErr    error
+	installs [2]struct {
+		once sync.Once
+		dir  string
+		err  error
+	}
+	pauseOnce sync.Once
+	pausePath string
+	pauseErr  error
 )
 
-// installedBinDir is $VMPOD_CONTAINERD_BIN, or <repo>/_output/bin after
-// hack/containerd/install.sh (cached: well under a second when done).
-func installedBinDir(t testing.TB) string {
+// installedBinDir is $VMPOD_CONTAINERD_BIN (2.4) or $VMPOD_CONTAINERD17_BIN
+// (1.7), or else the dir the release's install script fills:
+// <repo>/_output/bin by hack/containerd/install.sh, or
+// <repo>/_output/containerd-1.7/bin by hack/containerd/install-1.7.sh
+// (cached: well under a second when done).
+func installedBinDir(t testing.TB, r Release) string {
 	t.Helper()
-	if d := os.Getenv("VMPOD_CONTAINERD_BIN"); d != "" {
+	if d := os.Getenv(r.binEnv()); d != "" {
 		return d
 	}
-	repo := RepoRoot(t)
-	installOnce.Do(func() {
-		installDir = filepath.Join(repo, "_output", "bin")
-		_, installErr = runScript(t, filepath.Join(repo, "hack", "containerd", "install.sh"), installDir)
-	})
-	if installErr != nil {
-		t.Fatal(installErr)
+	if int(r) >= len(installs) {
+		t.Fatalf("containerd harness: unknown %v", r)
 	}
-	return installDir
+	repo := RepoRoot(t)
+	in := &installs[r]
+	in.once.Do(func() {
+		var script string
+		script, in.dir = r.install(repo)
+		_, in.err = runScript(t, script, in.dir)
+	})
+	if in.err != nil {
+		t.Fatal(in.err)
+	}
+	return in.dir
 }
 
 // builtPauseArchive is $VMPOD_PAUSE_ARCHIVE, or hack/pause/build.sh's
