@@ -91,10 +91,6 @@ type podEnv struct {
 	startedAt time.Time
 }
 
-// tcg is the pods' accelerator policy until the KVM probe lands: /dev/kvm
-// on some machines cannot run a guest (DESIGN.md), and auto would pick it.
-var tcg = map[string]string{"vmpod.io/accel": "tcg"}
-
 func newPodEnv(t testing.TB) *podEnv {
 	t.Helper()
 	// Short: unix socket paths must stay under 108 bytes.
@@ -112,7 +108,7 @@ func newPodEnv(t testing.TB) *podEnv {
 		sandboxBundle: filepath.Join(dir, "bundles", "sbx0123"), vmBundle: filepath.Join(dir, "bundles", "vm4567"),
 		cgroupParent: cgroupParent(t),
 	}
-	writeBundle(t, e.p.sandboxBundle, sandboxSpec(e.p, e.podNS, tcg))
+	writeBundle(t, e.p.sandboxBundle, sandboxSpec(e.p, e.podNS, nil))
 	// containerd reads the shim's log from a FIFO named log in the bundle
 	// the shim started in; show it when the test fails.
 	shimLog := readSerial(fifo(t, filepath.Join(e.p.sandboxBundle, "log")), time.Now().Add(5*time.Minute))
@@ -123,7 +119,7 @@ func newPodEnv(t testing.TB) *podEnv {
 			shimLog.mu.Unlock()
 		}
 	})
-	writeBundle(t, e.p.vmBundle, vmSpec(e.p, e.podNS, "", tcg))
+	writeBundle(t, e.p.vmBundle, vmSpec(e.p, e.podNS, "", nil))
 	testguest.Rootfs(t, e.p.vmBundle)
 	return e
 }

@@ -93,9 +93,7 @@ func TestCrictlVMPod(t *testing.T) {
 	})
 	c.ImportImage(t, testguest.Archive(t))
 
-	// TCG until the KVM probe lands: /dev/kvm on some machines cannot run
-	// a guest, and auto would pick it.
-	pod := c.NewPodConfig("guest", "default", "7e57-0001", map[string]string{"vmpod.io/accel": "tcg"})
+	pod := c.NewPodConfig("guest", "default", "7e57-0001", nil)
 	podID := c.RunPod(t, pod, "vmpod")
 	ip := c.InspectPod(t, podID).IP
 	if ip == "" {
