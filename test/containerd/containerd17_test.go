@@ -34,9 +34,7 @@ func TestCrictlVMPodContainerd17(t *testing.T) {
 	})
 	c.ImportImage(t, testguest.Archive(t))
 
-	// TCG until the KVM probe lands: /dev/kvm on these machines cannot run
-	// a guest.
-	pod := c.NewPodConfig("guest17", "default", "7e57-0017", map[string]string{"vmpod.io/accel": "tcg"})
+	pod := c.NewPodConfig("guest17", "default", "7e57-0017", nil)
 	podID := c.RunPod(t, pod, "vmpod")
 	ps := c.InspectPod(t, podID)
 	if ps.IP == "" {
