@@ -10,6 +10,8 @@ packages=(
   libvirt-daemon-driver-qemu libvirt-clients libxml2-utils qemu-system-x86 qemu-utils qemu-system-data ovmf
   # test guest: busybox initramfs, kernel extraction, disk image
   busybox-static cpio xz-utils zstd e2fsprogs kmod socat
+  # checks the KVM probe payload (pkg/node/kvmprobe.asm) against its embedded bytes
+  nasm
   # containerd tests: runc for plain pods, CNI plugins, nsenter/unshare
   runc containernetworking-plugins util-linux
   # reads back the cloud-init seed in tests (an independent ISO 9660 reader)
