@@ -31,6 +31,7 @@ func labellerCmd(args []string) int {
 	caps := fs.String("capabilities", "", "libvirt capabilities XML to use instead of asking this node's QEMU (read again each time)")
 	domCaps := fs.String("domain-capabilities", "", "libvirt domain capabilities XML that goes with --capabilities")
 	capsCache := fs.String("capabilities-cache", DefaultCapsCache, "node-wide warm copy of libvirt's QEMU capabilities")
+	kvmCache := fs.String("kvm-cache", node.DefaultKVMCache, "node-wide KVM probe verdict, shared with the shim")
 	verbose := fs.Bool("v", false, "log every label change")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -58,7 +59,7 @@ func labellerCmd(args []string) int {
 		fmt.Fprintln(os.Stderr, "labeller:", err)
 		return 1
 	}
-	source, closeSource, err := capabilitySource(ctx, *caps, *domCaps, *capsCache)
+	source, closeSource, err := capabilitySource(ctx, *caps, *domCaps, *capsCache, *kvmCache)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "labeller:", err)
 		return 1
@@ -67,6 +68,7 @@ func labellerCmd(args []string) int {
 
 	r := &labeller.Reconciler{
 		Nodes:                client.CoreV1().Nodes(),
+		Events:               client.CoreV1(),
 		NodeName:             *nodeName,
 		Capabilities:         source,
 		Interval:             *interval,
@@ -108,8 +110,10 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 // capabilitySource reads the given files on every call, or this node's
 // QEMU through an embedded libvirt root that lives as long as the process
 // (libvirt revalidates its QEMU capabilities on every read: a new QEMU
-// binary or /dev/kvm appearing changes them).
-func capabilitySource(ctx context.Context, capsFile, domCapsFile, cacheDir string) (func(context.Context) (host.Host, error), func(), error) {
+// binary or /dev/kvm appearing changes them), with KVM as the probe's
+// cached verdict says (probed again when QEMU, the kernel or /dev/kvm
+// change).
+func capabilitySource(ctx context.Context, capsFile, domCapsFile, cacheDir, kvmCache string) (func(context.Context) (host.Host, error), func(), error) {
 	if capsFile != "" {
 		return func(context.Context) (host.Host, error) {
 			return node.FromFiles(capsFile, domCapsFile)
@@ -127,7 +131,11 @@ func capabilitySource(ctx context.Context, capsFile, domCapsFile, cacheDir strin
 		return nil, nil, err
 	}
 	return func(ctx context.Context) (host.Host, error) {
-			return node.Host(ctx, conn)
+			kvm, err := node.CheckKVM(ctx, node.ProbeOptions{CacheFile: kvmCache})
+			if err != nil {
+				return host.Host{}, err
+			}
+			return node.Host(ctx, conn, kvm)
 		}, func() {
 			conn.Close()
 			os.RemoveAll(root)

@@ -21,6 +21,7 @@ func renderCmd(args []string) int {
 	file := fs.String("f", "", "Pod manifest (YAML or JSON); - for stdin")
 	caps := fs.String("capabilities", "", "libvirt capabilities XML of the target node (virsh capabilities); default: this node")
 	domCaps := fs.String("domain-capabilities", "", "libvirt domain capabilities XML of the target node (virsh domcapabilities)")
+	kvmCache := fs.String("kvm-cache", node.DefaultKVMCache, "this node's KVM probe verdict (probed and written when missing or stale)")
 	opts := render.DefaultOptions
 	fs.StringVar(&opts.RuntimeClass, "runtime-class", opts.RuntimeClass, "RuntimeClass name of VM pods")
 	fs.BoolVar(&opts.ImageKernel, "image-kernel", opts.ImageKernel, "assume the image ships /boot/vmlinux and /boot/initrd.img")
@@ -49,7 +50,7 @@ func renderCmd(args []string) int {
 		return 2
 	}
 
-	h, err := targetHost(*caps, *domCaps)
+	h, err := targetHost(*caps, *domCaps, *kvmCache)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "render:", err)
 		return 1
@@ -68,7 +69,7 @@ func renderCmd(args []string) int {
 
 // targetHost reads the given capability files, or asks this node's QEMU
 // through a throwaway embedded libvirt root.
-func targetHost(capsFile, domCapsFile string) (host.Host, error) {
+func targetHost(capsFile, domCapsFile, kvmCache string) (host.Host, error) {
 	if capsFile != "" {
 		return node.FromFiles(capsFile, domCapsFile)
 	}
@@ -81,10 +82,14 @@ func targetHost(capsFile, domCapsFile string) (host.Host, error) {
 	}
 	defer os.RemoveAll(root)
 	ctx := context.Background()
+	kvm, err := node.CheckKVM(ctx, node.ProbeOptions{CacheFile: kvmCache})
+	if err != nil {
+		return host.Host{}, err
+	}
 	conn, err := libvirt.OpenEmbedded(ctx, root, libvirt.EmbedOptions{CacheDir: DefaultCapsCache})
 	if err != nil {
 		return host.Host{}, err
 	}
 	defer conn.Close()
-	return node.Host(ctx, conn)
+	return node.Host(ctx, conn, kvm)
 }

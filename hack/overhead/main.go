@@ -140,7 +140,11 @@ func run(ctx context.Context, c config) error {
 		return err
 	}
 	defer conn.Close()
-	h, err := node.Host(ctx, conn)
+	kvm, err := node.CheckKVM(ctx, node.ProbeOptions{CacheFile: node.DefaultKVMCache})
+	if err != nil {
+		return err
+	}
+	h, err := node.Host(ctx, conn, kvm)
 	if err != nil {
 		return err
 	}

@@ -19,7 +19,11 @@ func resolveAccel(policy vmspec.Accel, h host.Host) (host.Accel, error) {
 	switch policy {
 	case vmspec.AccelKVM:
 		if !h.HasAccel(host.AccelKVM) {
-			return "", unsupported(vmspec.AnnotationAccel, string(policy), "the node has no KVM")
+			why := "the node has no KVM"
+			if h.KVMReason != "" {
+				why = "the node has no usable KVM (" + h.KVMReason + ")"
+			}
+			return "", unsupported(vmspec.AnnotationAccel, string(policy), why)
 		}
 		return host.AccelKVM, nil
 	case vmspec.AccelTCG:

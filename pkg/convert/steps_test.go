@@ -294,6 +294,8 @@ func TestStepErrors(t *testing.T) {
 }
 
 func TestResolveAccel(t *testing.T) {
+	probedTCGHost := tcgHost
+	probedTCGHost.KVMReason = "a guest under KVM failed"
 	tests := []struct {
 		policy vmspec.Accel
 		h      host.Host
@@ -304,6 +306,8 @@ func TestResolveAccel(t *testing.T) {
 		{vmspec.AccelAuto, tcgHost, host.AccelTCG, ""},
 		{vmspec.AccelTCG, kvmHost, host.AccelTCG, ""},
 		{vmspec.AccelKVM, tcgHost, "", `vmpod.io/accel: "kvm": the node has no KVM`},
+		{vmspec.AccelKVM, probedTCGHost, "", `vmpod.io/accel: "kvm": the node has no usable KVM (a guest under KVM failed)`},
+		{vmspec.AccelAuto, probedTCGHost, host.AccelTCG, ""},
 		{vmspec.AccelAuto, host.Host{}, "", "the node runs no QEMU guests"},
 	}
 	for _, tt := range tests {

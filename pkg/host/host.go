@@ -19,6 +19,9 @@ type Host struct {
 	Emulator string
 	// Accels lists the usable accelerators, best first (kvm before qemu).
 	Accels []Accel
+	// KVMReason says why kvm is not in Accels when the node was probed
+	// and KVM failed there (WithoutKVM); "" otherwise.
+	KVMReason string
 	// Machines lists the machine types QEMU offers for Arch, canonical names
 	// and their aliases (e.g. "pc-q35-7.2" and "q35").
 	Machines []string

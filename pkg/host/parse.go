@@ -5,6 +5,7 @@ import (
 	"encoding/xml"
 	"fmt"
 	"math"
+	"slices"
 
 	"libvirt.org/go/libvirtxml"
 )
@@ -13,7 +14,9 @@ import (
 type Option func(*options)
 
 type options struct {
-	present func(path string) bool
+	present   func(path string) bool
+	noKVM     bool
+	kvmReason string
 }
 
 // WithFiles gives Parse a way to ask whether a file exists on the node
@@ -22,6 +25,14 @@ type options struct {
 // libvirt does not report. Parse itself stays free of I/O.
 func WithFiles(present func(path string) bool) Option {
 	return func(o *options) { o.present = present }
+}
+
+// WithoutKVM tells Parse that KVM is not usable here even if libvirt
+// offers it (a /dev/kvm that cannot run a guest: see pkg/node's probe), and
+// why. Parse then leaves kvm out of Accels, expects domain capabilities
+// for qemu (TCG), and keeps the reason in Host.KVMReason.
+func WithoutKVM(reason string) Option {
+	return func(o *options) { o.noKVM, o.kvmReason = true, reason }
 }
 
 // Parse reads one node's abilities from libvirt's capabilities XML
@@ -46,6 +57,10 @@ func Parse(caps, domCaps []byte, opts ...Option) (Host, error) {
 	h, machines, err := fromCaps(&c)
 	if err != nil {
 		return Host{}, err
+	}
+	if o.noKVM {
+		h.Accels = slices.DeleteFunc(h.Accels, func(a Accel) bool { return a == AccelKVM })
+		h.KVMReason = o.kvmReason
 	}
 
 	// The default machine type is listed first in the capabilities;

@@ -209,3 +209,24 @@ func TestParseErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestParseWithoutKVM: where the KVM probe failed, the node runs TCG even
+// though libvirt offers KVM, and the Host keeps the probe's reason.
+func TestParseWithoutKVM(t *testing.T) {
+	caps := readTestdata(t, "kvm-example.caps.xml")
+	tcgDomCaps := readTestdata(t, "tcg-debian12.domcaps.xml")
+	if _, err := Parse(caps, tcgDomCaps); err == nil {
+		t.Fatal("KVM capabilities with TCG domain capabilities parsed without WithoutKVM")
+	}
+	const reason = "a guest under KVM failed: QEMU exited with status 1"
+	h, err := Parse(caps, tcgDomCaps, WithoutKVM(reason))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]Accel{AccelTCG}, h.Accels); diff != "" {
+		t.Errorf("Accels (-want +got):\n%s", diff)
+	}
+	if h.KVMReason != reason || h.HostPassthrough {
+		t.Errorf("KVMReason %q, HostPassthrough %v; want %q, false", h.KVMReason, h.HostPassthrough, reason)
+	}
+}

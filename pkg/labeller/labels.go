@@ -107,6 +107,16 @@ func Desired(h host.Host) (map[string]string, []Skipped) {
 	return b.labels, b.skipped
 }
 
+// Annotations are the owned Node annotations for h: why KVM is not used
+// here, when the KVM probe said so (vmpod.io/kvm-reason).
+func Annotations(h host.Host) map[string]string {
+	a := map[string]string{}
+	if h.KVMReason != "" && !h.HasAccel(host.AccelKVM) {
+		a[vmspec.AnnotationNodeKVMReason] = h.KVMReason
+	}
+	return a
+}
+
 type builder struct {
 	labels  map[string]string
 	skipped []Skipped

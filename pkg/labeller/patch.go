@@ -4,14 +4,42 @@ import (
 	"encoding/json"
 	"maps"
 	"slices"
+
+	"github.com/vmpod/vmpod/pkg/vmspec"
 )
 
-// Change is what the labeller does to a node's labels.
+// Change is what the labeller does to a node's labels and annotations.
 type Change struct {
 	// Set are owned labels to add or change, with their new values.
 	Set map[string]string
 	// Remove are owned labels the node has and should not, sorted.
 	Remove []string
+	// SetAnnotations and RemoveAnnotations do the same for the owned
+	// annotations (OwnedAnnotations).
+	SetAnnotations    map[string]string
+	RemoveAnnotations []string
+}
+
+// OwnedAnnotations are the Node annotations the labeller writes: exactly
+// these keys, since pods and admins use vmpod.io/ annotations too.
+var OwnedAnnotations = []string{vmspec.AnnotationNodeKVMReason}
+
+// DiffAnnotations is Diff for the owned annotations: it fills
+// c.SetAnnotations and c.RemoveAnnotations.
+func (c *Change) DiffAnnotations(current, desired map[string]string) {
+	for _, k := range OwnedAnnotations {
+		want, wanted := desired[k]
+		cur, has := current[k]
+		switch {
+		case wanted && (!has || cur != want):
+			if c.SetAnnotations == nil {
+				c.SetAnnotations = map[string]string{}
+			}
+			c.SetAnnotations[k] = want
+		case !wanted && has:
+			c.RemoveAnnotations = append(c.RemoveAnnotations, k)
+		}
+	}
 }
 
 // Diff compares a node's labels with the wanted ones over the keys the
@@ -39,7 +67,9 @@ func Diff(current, desired map[string]string) Change {
 }
 
 // Empty reports whether the node's labels are already as wanted.
-func (c Change) Empty() bool { return len(c.Set) == 0 && len(c.Remove) == 0 }
+func (c Change) Empty() bool {
+	return len(c.Set) == 0 && len(c.Remove) == 0 && len(c.SetAnnotations) == 0 && len(c.RemoveAnnotations) == 0
+}
 
 // MergePatch is the JSON merge patch (RFC 7386, types.MergePatchType)
 // that makes the change: {"metadata":{"labels":{"k":"v","stale":null}}}.
@@ -47,13 +77,24 @@ func (c Change) Empty() bool { return len(c.Set) == 0 && len(c.Remove) == 0 }
 // set, before or while this runs, are never overwritten; null deletes a
 // key and is a no-op if someone removed it first.
 func (c Change) MergePatch() ([]byte, error) {
-	labels := make(map[string]*string, len(c.Set)+len(c.Remove))
-	for _, k := range slices.Sorted(maps.Keys(c.Set)) {
-		v := c.Set[k]
-		labels[k] = &v
+	meta := map[string]any{}
+	if m := patchMap(c.Set, c.Remove); len(m) > 0 {
+		meta["labels"] = m
 	}
-	for _, k := range c.Remove {
-		labels[k] = nil
+	if m := patchMap(c.SetAnnotations, c.RemoveAnnotations); len(m) > 0 {
+		meta["annotations"] = m
 	}
-	return json.Marshal(map[string]any{"metadata": map[string]any{"labels": labels}})
+	return json.Marshal(map[string]any{"metadata": meta})
+}
+
+func patchMap(set map[string]string, remove []string) map[string]*string {
+	m := make(map[string]*string, len(set)+len(remove))
+	for _, k := range slices.Sorted(maps.Keys(set)) {
+		v := set[k]
+		m[k] = &v
+	}
+	for _, k := range remove {
+		m[k] = nil
+	}
+	return m
 }

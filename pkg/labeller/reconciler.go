@@ -8,11 +8,13 @@ import (
 	"maps"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/vmpod/vmpod/pkg/host"
+	"github.com/vmpod/vmpod/pkg/vmspec"
 )
 
 // FieldManager names the labeller in the Node's managedFields.
@@ -23,6 +25,9 @@ const FieldManager = "vmpod-labeller"
 type Reconciler struct {
 	// Nodes is the client of the cluster's Nodes.
 	Nodes corev1client.NodeInterface
+	// Events, when set, receives a Warning event on the Node each time the
+	// labeller starts saying why KVM is not used there.
+	Events corev1client.EventsGetter
 	// NodeName is the Node this process labels (its own node).
 	NodeName string
 	// Capabilities reads what the node can run now.
@@ -55,14 +60,26 @@ func (r *Reconciler) Once(ctx context.Context) (Change, error) {
 	return r.Apply(ctx, r.desired(h))
 }
 
-// Apply makes the Node's owned labels equal to desired and returns what
-// it changed; it writes nothing when they already are.
-func (r *Reconciler) Apply(ctx context.Context, desired map[string]string) (Change, error) {
+// Want is what the labeller wants on its Node: owned labels and owned
+// annotations.
+type Want struct {
+	Labels      map[string]string
+	Annotations map[string]string
+}
+
+func (w Want) equal(o Want) bool {
+	return maps.Equal(w.Labels, o.Labels) && maps.Equal(w.Annotations, o.Annotations)
+}
+
+// Apply makes the Node's owned labels and annotations equal to want and
+// returns what it changed; it writes nothing when they already are.
+func (r *Reconciler) Apply(ctx context.Context, want Want) (Change, error) {
 	node, err := r.Nodes.Get(ctx, r.NodeName, metav1.GetOptions{})
 	if err != nil {
 		return Change{}, fmt.Errorf("get node %q: %w", r.NodeName, err)
 	}
-	c := Diff(node.Labels, desired)
+	c := Diff(node.Labels, want.Labels)
+	c.DiffAnnotations(node.Annotations, want.Annotations)
 	if c.Empty() {
 		return c, nil
 	}
@@ -75,8 +92,38 @@ func (r *Reconciler) Apply(ctx context.Context, desired map[string]string) (Chan
 		return Change{}, fmt.Errorf("patch node %q labels: %w", r.NodeName, err)
 	}
 	r.log().Info("node labels updated", "node", r.NodeName, "set", len(c.Set), "removed", len(c.Remove))
-	r.log().Debug("node label changes", "set", c.Set, "removed", c.Remove)
+	r.log().Debug("node label changes", "set", c.Set, "removed", c.Remove,
+		"setAnnotations", c.SetAnnotations, "removedAnnotations", c.RemoveAnnotations)
+	if why, ok := c.SetAnnotations[vmspec.AnnotationNodeKVMReason]; ok {
+		r.log().Warn("KVM is not used on this node", "node", r.NodeName, "reason", why)
+		r.event(ctx, node, corev1.EventTypeWarning, EventReasonKVMUnusable, "KVM is not used on this node; VMs run under TCG: "+why)
+	}
 	return c, nil
+}
+
+// EventReasonKVMUnusable is the reason of the Node event that says why
+// vmpod.io/kvm became "false".
+const EventReasonKVMUnusable = "KVMUnusable"
+
+// event records an event on the Node; a failure is logged, not returned:
+// the labels are what matter.
+func (r *Reconciler) event(ctx context.Context, node *corev1.Node, typ, reason, msg string) {
+	if r.Events == nil {
+		return
+	}
+	now := metav1.Now()
+	ev := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: node.Name + ".", Namespace: metav1.NamespaceDefault},
+		InvolvedObject: corev1.ObjectReference{
+			Kind: "Node", APIVersion: "v1", Name: node.Name, UID: node.UID,
+		},
+		Reason: reason, Message: msg, Type: typ,
+		Source:         corev1.EventSource{Component: FieldManager, Host: node.Name},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+	}
+	if _, err := r.Events.Events(metav1.NamespaceDefault).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		r.log().Error("record node event failed", "node", node.Name, "reason", reason, "err", err)
+	}
 }
 
 // Run keeps the labels in step until ctx ends, then returns nil. Failures
@@ -90,8 +137,8 @@ func (r *Reconciler) Run(ctx context.Context) error {
 	applyBackoff := newBackoff(interval)
 
 	var (
-		desired             map[string]string // nil until the first successful read
-		dirty               bool              // desired changed since the last good Apply
+		desired             *Want // nil until the first successful read
+		dirty               bool  // desired changed since the last good Apply
 		nextRead, nextCheck time.Time
 	)
 	for {
@@ -103,16 +150,17 @@ func (r *Reconciler) Run(ctx context.Context) error {
 			} else {
 				// Skipped names are logged when the labels change, not
 				// on every read.
-				if d, skipped := Desired(h); !maps.Equal(d, desired) {
+				labels, skipped := Desired(h)
+				if d := (Want{labels, Annotations(h)}); desired == nil || !d.equal(*desired) {
 					r.logSkipped(skipped)
-					desired, dirty = d, true
+					desired, dirty = &d, true
 				}
 				nextRead = now.Add(capsInterval)
 				readBackoff.reset()
 			}
 		}
 		if desired != nil && (dirty || !now.Before(nextCheck)) {
-			if _, err := r.Apply(ctx, desired); err != nil {
+			if _, err := r.Apply(ctx, *desired); err != nil {
 				nextCheck = now.Add(applyBackoff.fail())
 				r.failed(ctx, "label node", err, nextCheck.Sub(now))
 			} else {
@@ -155,11 +203,11 @@ func (b *backoff) fail() time.Duration {
 
 func (b *backoff) reset() { b.next = min(retryMin, b.limit) }
 
-// desired is Labels, logging what had to be left out.
-func (r *Reconciler) desired(h host.Host) map[string]string {
+// desired is Labels and Annotations, logging what had to be left out.
+func (r *Reconciler) desired(h host.Host) Want {
 	labels, skipped := Desired(h)
 	r.logSkipped(skipped)
-	return labels
+	return Want{Labels: labels, Annotations: Annotations(h)}
 }
 
 func (r *Reconciler) logSkipped(skipped []Skipped) {

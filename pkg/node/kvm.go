@@ -239,7 +239,7 @@ func markerStage(m byte) string {
 	case 'L':
 		return "entering long mode with paging"
 	case 'M':
-		return "touching 64 MiB"
+		return "touching 32 MiB"
 	}
 	return fmt.Sprintf("printing %q", m)
 }
@@ -268,7 +268,7 @@ func bestRun(ctx context.Context, o ProbeOptions, disk, accel string) (probeRun,
 func runPayload(ctx context.Context, o ProbeOptions, disk, accel string) (probeRun, error) {
 	args := []string{
 		"-nodefaults", "-no-user-config", "-display", "none", "-monitor", "none",
-		"-machine", "q35", "-accel", accel, "-m", "128",
+		"-machine", "q35", "-accel", accel, "-m", "64",
 		"-serial", "stdio", "-no-reboot",
 		"-device", "isa-debug-exit,iobase=0xf4,iosize=4",
 		"-drive", "file=" + disk + ",format=raw,if=ide",

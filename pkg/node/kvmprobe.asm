@@ -6,7 +6,7 @@
 ;   I  two timer interrupts delivered (PIT through the PIC, ~110 ms)
 ;   P  protected mode with a flat GDT
 ;   L  long mode with paging (PAE page tables, EFER.LME, CR0.PG)
-;   M  64 MiB touched one page at a time (guest page faults and the host's
+;   M  32 MiB touched one page at a time (guest page faults and the host's
 ;      second-level paging, where a nested "KVM" without hardware support
 ;      is slowest)
 ;
@@ -88,8 +88,8 @@ lm64:
   mov dx, 0x3f8
   mov al, 'L'
   out dx, al
-  mov rdi, 0x400000        ; 4 MiB .. 68 MiB, one write per 4 KiB page
-  mov rcx, 0x4000
+  mov rdi, 0x400000        ; 4 MiB .. 36 MiB, one write per 4 KiB page
+  mov rcx, 0x2000
 .touch:
   mov qword [rdi], rcx
   add rdi, 0x1000

@@ -9,13 +9,20 @@ import (
 	"github.com/vmpod/vmpod/pkg/virt"
 )
 
-// Host asks hv what this node can run.
-func Host(ctx context.Context, hv virt.Hypervisor) (host.Host, error) {
-	caps, domCaps, err := hv.Capabilities(ctx)
+// Host asks hv what this node can run, with KVM only where kvm, the
+// probe's verdict (CheckKVM), says a guest ran under it. libvirt offers
+// KVM wherever /dev/kvm opens, including where no guest can run.
+func Host(ctx context.Context, hv virt.Hypervisor, kvm KVM) (host.Host, error) {
+	virtType, opts := "", []host.Option{host.WithFiles(exists)}
+	if !kvm.Usable {
+		virtType = string(host.AccelTCG)
+		opts = append(opts, host.WithoutKVM(kvm.Reason))
+	}
+	caps, domCaps, err := hv.Capabilities(ctx, virtType)
 	if err != nil {
 		return host.Host{}, fmt.Errorf("node capabilities: %w", err)
 	}
-	return host.Parse([]byte(caps), []byte(domCaps), host.WithFiles(exists))
+	return host.Parse([]byte(caps), []byte(domCaps), opts...)
 }
 
 // FromFiles reads a node's capabilities saved with `virsh capabilities`

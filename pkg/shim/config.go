@@ -3,6 +3,8 @@ package shim
 import (
 	"os"
 	"path/filepath"
+
+	"github.com/vmpod/vmpod/pkg/node"
 )
 
 // Config is where the shim keeps things. containerd starts shims with its
@@ -13,11 +15,18 @@ type Config struct {
 	// CapsCache is the node-wide warm copy of libvirt's QEMU capabilities
 	// ($VMPOD_CAPS_CACHE, /var/cache/vmpod/qemu-capabilities).
 	CapsCache string
+	// KVMCache is the node's KVM probe verdict, shared with the labeller
+	// ($VMPOD_KVM_CACHE, /var/lib/vmpod/kvm-probe.json).
+	KVMCache string
 }
 
 // ConfigFromEnv reads the Config from the environment.
 func ConfigFromEnv() Config {
-	return Config{StateRoot: os.Getenv("VMPOD_STATE_ROOT"), CapsCache: os.Getenv("VMPOD_CAPS_CACHE")}.withDefaults()
+	return Config{
+		StateRoot: os.Getenv("VMPOD_STATE_ROOT"),
+		CapsCache: os.Getenv("VMPOD_CAPS_CACHE"),
+		KVMCache:  os.Getenv("VMPOD_KVM_CACHE"),
+	}.withDefaults()
 }
 
 func (c Config) withDefaults() Config {
@@ -26,6 +35,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.CapsCache == "" {
 		c.CapsCache = "/var/cache/vmpod/qemu-capabilities"
+	}
+	if c.KVMCache == "" {
+		c.KVMCache = node.DefaultKVMCache
 	}
 	return c
 }

@@ -20,6 +20,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/vmpod/vmpod/pkg/node"
 	"github.com/vmpod/vmpod/pkg/vmspec"
 )
 
@@ -105,6 +106,11 @@ func (m *Manager) Start(ctx context.Context, params *bootapi.BootstrapParams) (_
 	}
 	cwd, err := os.Getwd()
 	if err != nil {
+		return nil, err
+	}
+	// Probe KVM here, in containerd's cgroup, so that the pod's shim reads
+	// the cached verdict and no probe guest is charged to the pod.
+	if _, err := node.CheckKVM(ctx, node.ProbeOptions{CacheFile: m.cfg.KVMCache}); err != nil {
 		return nil, err
 	}
 	// os.Executable is vm-runtime even when containerd ran us through the

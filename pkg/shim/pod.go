@@ -55,7 +55,13 @@ func (p *pod) hypervisor(ctx context.Context) (*vm.Runtime, host.Host, error) {
 			return
 		}
 		p.rt = vm.NewRuntime(p.conn)
-		p.host, p.err = node.Host(ctx, p.conn)
+		// `start` probed already (Manager.Start), so this reads the cache.
+		kvm, err := node.CheckKVM(ctx, node.ProbeOptions{CacheFile: p.cfg.KVMCache})
+		if err != nil {
+			p.err = err
+			return
+		}
+		p.host, p.err = node.Host(ctx, p.conn, kvm)
 	})
 	return p.rt, p.host, p.err
 }

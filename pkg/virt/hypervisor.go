@@ -9,9 +9,10 @@ import "context"
 // once it reached the hypervisor; ctx is honoured before that.
 type Hypervisor interface {
 	// Capabilities returns libvirt's host capabilities XML and the domain
-	// capabilities XML for the best accelerator (kvm if usable, else qemu)
-	// for the host arch.
-	Capabilities(ctx context.Context) (caps, domainCaps string, err error)
+	// capabilities XML for the host arch and the domain type virtType
+	// ("kvm" or "qemu"; "" for the best libvirt offers: kvm when /dev/kvm
+	// opens, which does not mean that a guest runs under it).
+	Capabilities(ctx context.Context, virtType string) (caps, domainCaps string, err error)
 
 	// Define stores a domain definition. It fails with AlreadyExists if a
 	// domain of that name exists (libvirt would silently replace it), and

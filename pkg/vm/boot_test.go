@@ -50,7 +50,12 @@ func runtimeForTest(t testing.TB) (*vm.Runtime, host.Host, string) {
 		}
 		cleanupAtExit(func() { shared.conn.Close() })
 		shared.rt = vm.NewRuntime(shared.conn)
-		shared.host, shared.err = node.Host(ctx, shared.conn)
+		kvm, err := node.CheckKVM(ctx, node.ProbeOptions{CacheFile: node.DefaultKVMCache})
+		if err != nil {
+			shared.err = err
+			return
+		}
+		shared.host, shared.err = node.Host(ctx, shared.conn, kvm)
 	})
 	if shared.err != nil {
 		t.Fatal(shared.err)

@@ -30,5 +30,10 @@ const (
 	LabelMachinePrefix = "machine.vmpod.io/"
 )
 
+// AnnotationNodeKVMReason is the Node annotation in which the labeller
+// says why vmpod.io/kvm is "false" on a node whose /dev/kvm exists, or
+// that has none: the KVM probe's verdict (pkg/node). Absent when KVM works.
+const AnnotationNodeKVMReason = Prefix + "kvm-reason"
+
 // LabelPrefixes are the label prefixes the labeller owns.
 var LabelPrefixes = []string{Prefix, LabelCPUModelPrefix, LabelCPUFeaturePrefix, LabelMachinePrefix}

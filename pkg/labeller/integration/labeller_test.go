@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 
 	"github.com/vmpod/vmpod/pkg/host"
 	"github.com/vmpod/vmpod/pkg/labeller"
+	"github.com/vmpod/vmpod/pkg/vmspec"
 )
 
 // startEtcd runs a one-member etcd on loopback ports the kernel picks, and
@@ -64,6 +66,15 @@ func startAPIServer(t *testing.T, etcdURL string) kubernetes.Interface {
 		t.Fatal(err)
 	}
 	return client
+}
+
+func readTestdata(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "host", "testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 func hostFromGolden(t *testing.T, name string) host.Host {
@@ -112,6 +123,7 @@ func TestLabellerAgainstAPIServer(t *testing.T) {
 	r := &labeller.Reconciler{
 		Nodes:        nodes,
 		NodeName:     node.Name,
+		Events:       client.CoreV1(),
 		Capabilities: func(context.Context) (host.Host, error) { return current, nil },
 	}
 	check := func(what string, h host.Host) {
@@ -160,5 +172,66 @@ func TestLabellerAgainstAPIServer(t *testing.T) {
 		if !labeller.Owns(k) {
 			t.Errorf("removed %s, which the labeller does not own", k)
 		}
+	}
+}
+
+// TestKVMReasonAgainstAPIServer: where the KVM probe failed, the node says
+// kvm=false, the annotation says why, and a Warning event on the Node says
+// it once; once KVM works, the annotation goes.
+func TestKVMReasonAgainstAPIServer(t *testing.T) {
+	client := startAPIServer(t, startEtcd(t))
+	ctx := context.Background()
+	nodes := client.CoreV1().Nodes()
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "vm-node-2",
+		Annotations: map[string]string{"vmpod.io/note": "an admin's, not ours"}}}
+	if _, err := nodes.Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const why = "a guest under KVM failed: QEMU exited with status 1: failed to set MSR 0x10a"
+	probed, err := host.Parse(readTestdata(t, "kvm-example.caps.xml"), readTestdata(t, "tcg-debian12.domcaps.xml"), host.WithoutKVM(why))
+	if err != nil {
+		t.Fatal(err)
+	}
+	current := probed
+	r := &labeller.Reconciler{Nodes: nodes, NodeName: node.Name, Events: client.CoreV1(),
+		Capabilities: func(context.Context) (host.Host, error) { return current, nil }}
+	for range 2 { // the second run changes nothing and records no second event
+		if _, err := r.Once(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := nodes.Get(ctx, node.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"vmpod.io/note": "an admin's, not ours", vmspec.AnnotationNodeKVMReason: why}
+	if diff := cmp.Diff(want, n.Annotations); diff != "" {
+		t.Errorf("annotations (-want +got):\n%s", diff)
+	}
+	if n.Labels[vmspec.LabelKVM] != "false" || n.Labels[vmspec.LabelTCG] != "true" {
+		t.Errorf("labels kvm=%q tcg=%q, want false and true", n.Labels[vmspec.LabelKVM], n.Labels[vmspec.LabelTCG])
+	}
+	evs, err := client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{
+		FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + node.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs.Items) != 1 {
+		t.Fatalf("%d events on the node, want 1: %+v", len(evs.Items), evs.Items)
+	}
+	if ev := evs.Items[0]; ev.Reason != labeller.EventReasonKVMUnusable || ev.Type != corev1.EventTypeWarning ||
+		!strings.Contains(ev.Message, why) || ev.InvolvedObject.UID != n.UID {
+		t.Errorf("event %+v", ev)
+	}
+
+	current = hostFromGolden(t, "kvm-example")
+	if _, err := r.Once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err = nodes.Get(ctx, node.Name, metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := n.Annotations[vmspec.AnnotationNodeKVMReason]; ok || n.Labels[vmspec.LabelKVM] != "true" {
+		t.Errorf("KVM works now, but annotations %v, kvm=%q", n.Annotations, n.Labels[vmspec.LabelKVM])
 	}
 }

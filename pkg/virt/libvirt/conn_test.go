@@ -172,7 +172,7 @@ func TestCanceledContext(t *testing.T) {
 func TestCapabilitiesOnTestDriver(t *testing.T) {
 	c := openTest(t)
 	// The test driver has host capabilities but no domain capabilities.
-	_, _, err := c.Capabilities(context.Background())
+	_, _, err := c.Capabilities(context.Background(), "")
 	if !errdefs.IsNotImplemented(err) {
 		t.Errorf("Capabilities: err = %v, want NotImplemented", err)
 	}

@@ -156,7 +156,7 @@ func (c *Conn) Stats(ctx context.Context, name string) (virt.Stats, error) {
 }
 
 // Capabilities implements virt.Hypervisor.
-func (c *Conn) Capabilities(ctx context.Context) (string, string, error) {
+func (c *Conn) Capabilities(ctx context.Context, virtType string) (string, string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", "", err
 	}
@@ -172,7 +172,10 @@ func (c *Conn) Capabilities(ctx context.Context) (string, string, error) {
 		return "", "", fmt.Errorf("host capabilities: %w: no host arch", errdefs.ErrInternal)
 	}
 	arch := parsed.Host.CPU.Arch
-	domCaps, err := c.conn.GetDomainCapabilities("", arch, "", bestVirtType(&parsed, arch), 0)
+	if virtType == "" {
+		virtType = bestVirtType(&parsed, arch)
+	}
+	domCaps, err := c.conn.GetDomainCapabilities("", arch, "", virtType, 0)
 	if err != nil {
 		return "", "", classify(err, "domain capabilities for "+arch)
 	}
