@@ -6,13 +6,16 @@
 #     ACPI shutdown), then every process local-up started, by the PID and
 #     start time it recorded, and what runs in the node's mount namespace or
 #     in the cgroups local-up made (containerd's shims, QEMU);
-#  2. the host objects the record names: the network namespace, cgroups,
+#  2. a process of $NAME that no record names (found in its network
+#     namespace, its cgroups, or a mount namespace with its mounts) is
+#     reported, never killed, and then nothing else is removed: it may be a
+#     running cluster whose record was lost;
+#  3. the host objects the record names: the network namespace, cgroups,
 #     mount points made on the host, the global sysctls the kubelet changed;
-#  3. a sweep that needs no record: host mounts under $STATE, $RUN and the
+#  4. a sweep that needs no record: host mounts under $STATE, $RUN and the
 #     old /tmp/vmpod-local, /run/netns/$NAME (mounted or a file left by a
 #     reboot), $NAME's cgroup tree in every hierarchy (deepest first), the
-#     files. A process found in the namespace, the cgroups or the mounts of
-#     $NAME that the record does not name is reported, never killed.
+#     files.
 #
 # Each removal is checked before it is reported; anything that could not be
 # removed is an error, local-down exits 1 and keeps the record for the next
@@ -188,7 +191,20 @@ if ((live)); then
 	fi
 fi
 
-# --- 2. The host objects the record names, newest first -----------------
+# --- 2. Processes no record names: then nothing is removed --------------
+
+# They may be a running cluster whose record was lost, or one an older
+# local-up started: removing its namespace, cgroups or files under it would
+# break it, and killing it by anything but a record is not ours to do.
+mapfile -t strays < <(unrecorded)
+if ((${#strays[@]})); then
+	fail "processes of $NAME that no record names (not killed; stop them, then run hack/local-down.sh again):"
+	printf '    %s\n' "${strays[@]}" >&2
+	log "nothing else removed while they run"
+	exit 1
+fi
+
+# --- 3. The host objects the record names, newest first -----------------
 
 # remove_netns FILE: the network namespace mounted at FILE, or the file a
 # reboot left (when /run is on disk) without its namespace.
@@ -219,8 +235,16 @@ remove_netns() {
 remove_cgroup() {
 	local top=$1 d i n tasks
 	[[ -d $top ]] || return 0
-	tasks=$(find "$top" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -un | tr '\n' ' ')
 	n=$(find "$top" -type d | wc -l)
+	for ((i = 0; i < 50; i++)); do
+		tasks=$(find "$top" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -un | tr '\n' ' ')
+		[[ -z $tasks ]] && break
+		sleep 0.1
+	done
+	if [[ -n $tasks ]]; then
+		fail "cgroup $top still has tasks (${tasks% }): not removed"
+		return
+	fi
 	while read -r d; do
 		for ((i = 0; i < 50; i++)); do
 			if rmdir "$d" 2>/dev/null || [[ ! -d $d ]]; then break; fi
@@ -228,7 +252,7 @@ remove_cgroup() {
 		done
 	done < <(find "$top" -depth -type d)
 	if [[ -d $top ]]; then
-		fail "cgroup $top: $(find "$top" -type d | wc -l) of $n cgroup(s) left${tasks:+; tasks not in the record: ${tasks% }}"
+		fail "cgroup $top: $(find "$top" -type d | wc -l) of $n cgroup(s) left"
 	else
 		removed "cgroup $top ($n cgroup(s))"
 	fi
@@ -267,7 +291,7 @@ if ((have_record)); then
 	done < <(tac "$STATE/made")
 fi
 
-# --- 3. The sweep: what an earlier run left, with or without a record ----
+# --- 4. The sweep: what an earlier run left, with or without a record ----
 
 # Host mounts of the cluster's dirs (the node's went with its namespace;
 # these reach the host only by mistake, or from an older local-up).
@@ -286,12 +310,6 @@ remove_netns "$NETNS"
 while read -r mp; do
 	remove_cgroup "$mp/$NAME"
 done < <(cgroup_mounts)
-
-mapfile -t strays < <(unrecorded)
-if ((${#strays[@]})); then
-	fail "processes of $NAME that no record names (not killed; stop them, then run hack/local-down.sh again):"
-	printf '    %s\n' "${strays[@]}" >&2
-fi
 
 # Files: the record goes last, and only when everything else is gone, so
 # that a later run still knows what to look for.

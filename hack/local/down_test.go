@@ -252,11 +252,16 @@ func TestDownStopsRecordedProcess(t *testing.T) {
 }
 
 // TestDownLeavesUnrecordedProcess: a process in the namespace that no
-// record names is not killed (it may be someone's running cluster);
-// local-down names it, keeps the namespace and exits 1.
+// record names is not killed (it may be a running cluster whose record was
+// lost); local-down names it, removes nothing of the cluster (namespace,
+// cgroups, runtime dir) and exits 1.
 func TestDownLeavesUnrecordedProcess(t *testing.T) {
 	l := newLeftovers(t)
 	l.makeNetns(t)
+	leaves := l.makeCgroups(t)
+	if err := os.MkdirAll(l.run, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	cmd := l.startIn(t)
 	pid := cmd.Process.Pid
 
@@ -273,8 +278,10 @@ func TestDownLeavesUnrecordedProcess(t *testing.T) {
 	if !running(pid) {
 		t.Errorf("local-down killed the unrecorded process %d", pid)
 	}
-	if _, err := os.Stat(l.netns()); err != nil {
-		t.Errorf("the namespace in use is gone: %v", err)
+	for _, p := range append([]string{l.netns(), l.run}, leaves...) {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("local-down removed a part of the running cluster: %v", err)
+		}
 	}
 }
 
