@@ -273,7 +273,7 @@ log "node $NAME is Ready and labelled: $("$BIN/kubectl" --kubeconfig "$OUT/kubec
 cat >"$OUT/env" <<EOF
 # Written by hack/local-up.sh: the cluster for kubectl and the e2e tests.
 export KUBECONFIG=$OUT/kubeconfig
-export VMPOD_E2E=1
+export VMPOD_E2E_CGROUP_ROOT=/$NAME
 export VMPOD_E2E_NODE_EXEC="nsenter --target $(holder_pid) --mount --net --"
 export VMPOD_E2E_STATE_ROOT=$RUN/vm
 export VMPOD_E2E_IMAGE=$IMAGE
@@ -337,7 +337,7 @@ cat <<EOF
   kubectl get nodes --show-labels
   kubectl logs -f test-guest          # the serial console
   kubectl delete pod test-guest       # ACPI shutdown (kubectl logs -f shows it)
-  (source $OUT/env && go test -count=1 ./test/e2e)   # the end-to-end tests
+  (source $OUT/env && go test -tags e2e -count=1 ./test/e2e)   # the end-to-end tests
 
   Inside the node's network namespace (pod IPs, the kubelet):
   nsenter --target $(holder_pid) --mount --net -- bash
