@@ -18,9 +18,12 @@
 # so that kubectl and the e2e tests run from the host.
 #
 # Binaries are built from the pinned modules into _output/bin (the first
-# build took 30 minutes on 2 busy cores; later runs take about a minute). Logs:
-# /tmp/vmpod-local/logs. Environment: VMPOD_LOCAL_PORT (default 16443),
-# VMPOD_LOCAL_ROOT (default /tmp/vmpod-local), VMPOD_LOCAL_NO_DEMO=1 to
+# build took 30 minutes on 2 busy cores; later runs take about a minute).
+# State survives a reboot and a wiped /tmp: the record of what was made and
+# the cluster's data in /var/lib/vmpod-local (logs: /var/lib/vmpod-local/logs),
+# sockets and the VMs' state in /run/vmpod-local. Whatever an earlier run
+# left, recorded or not, is removed first (hack/local-down.sh).
+# Environment: VMPOD_LOCAL_PORT (default 16443), VMPOD_LOCAL_NO_DEMO=1 to
 # skip the example pod.
 set -euo pipefail
 # shellcheck source=hack/local/lib.sh
@@ -28,16 +31,16 @@ source "$(dirname "${BASH_SOURCE[0]}")/local/lib.sh"
 cd "$repo"
 
 [[ $(id -u) -eq 0 ]] || die "run as root (network namespaces, cgroups, the kubelet)"
-if [[ -e $ROOT ]]; then
-	log "a previous local cluster is in $ROOT: removing it first"
-	"$repo/hack/local-down.sh"
-fi
+# An earlier cluster, or what a failed or interrupted one left (with or
+# without its record): removed first, or nothing is started.
+log "removing what an earlier local cluster left (hack/local-down.sh)"
+"$repo/hack/local-down.sh" || die "an earlier local cluster's leftovers are still there (above); local-up starts nothing"
 
 on_error() {
 	local rc=$?
-	log "local-up failed (exit $rc); component logs are in $ROOT/logs:"
+	log "local-up failed (exit $rc); component logs are in $STATE/logs:"
 	local f
-	for f in "$ROOT"/logs/*.log; do
+	for f in "$STATE"/logs/*.log; do
 		[[ -s $f ]] || continue
 		echo "--- $f (last lines)" >&2
 		tail -n 8 "$f" >&2
@@ -97,11 +100,12 @@ source "$guest_dir/guest.env" # IMAGE=localhost/vmpod/test-guest:v1
 
 # --- 2. The node: namespace, cgroups, a private mount namespace -----------
 log "node namespace $NAME: lo, $NODE_IP on a veth pair inside it, no route out"
-mkdir -p "$ROOT"/{logs,pki,bin,tmp,vm,cni/net.d,cni/ipam,cni/cache,kubelet,pod-logs,container-logs,kubelet-plugins}
-: >"$ROOT/pids"
-: >"$ROOT/made"
-ip netns add "$NAME"
+mkdir -p "$STATE"/{logs,pki,bin,cni/net.d,cni/ipam,cni/cache,kubelet,pod-logs,container-logs,kubelet-plugins} "$RUN"/{tmp,vm}
+boot_id >"$STATE/boot_id"
+: >"$STATE/pids"
+: >"$STATE/made"
 record netns "$NAME"
+ip netns add "$NAME"
 ip -n "$NAME" link set lo up
 ip -n "$NAME" link add node0 type veth peer name node1
 ip -n "$NAME" addr add "$NODE_IP/24" dev node0
@@ -111,14 +115,13 @@ ip -n "$NAME" link set node1 up
 
 # The kubelet's cgroupRoot must exist in every hierarchy (v1 controllers,
 # name=systemd, and the v2 one); cpuset needs its parent's CPUs and nodes.
-while read -r mp fstype; do
-	[[ $fstype == cgroup || $fstype == cgroup2 ]] || continue
-	mkdir "$mp/$NAME"
+while read -r mp; do
 	record cgroup "$mp/$NAME"
+	mkdir "$mp/$NAME"
 	for f in cpuset.cpus cpuset.mems; do
 		[[ -f $mp/$f ]] && cat "$mp/$f" >"$mp/$NAME/$f"
 	done
-done < <(awk '{ for (i = 7; i <= NF; i++) if ($i == "-") { print $5, $(i + 1); break } }' /proc/self/mountinfo)
+done < <(cgroup_mounts)
 
 # The kubelet sets these global sysctls: remember them for local-down.
 for k in vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes; do
@@ -129,32 +132,33 @@ done
 # execs sleep: the PID stays). Enter it with nsenter -t, never
 # `ip netns exec`, which remounts /sys and empties /sys/fs/cgroup.
 nsenter --net="$NETNS" -- unshare --mount --propagation private -- sleep infinity >/dev/null 2>&1 &
-echo "holder $! $(sleep 0.2; starttime $!)" >>"$ROOT/pids"
+record_pid holder $!
 wait_for "mount namespace" 10 bash -c "[[ \$(readlink /proc/$(holder_pid)/exe) == */sleep ]]" ||
 	die "the namespace holder did not start"
 
 # Directories the kubelet and CNI write whatever their configuration says:
 # in the node's mount namespace they are the root's own.
 for pair in kubelet:/var/lib/kubelet container-logs:/var/log/containers cni/cache:/var/lib/cni; do
-	src=$ROOT/${pair%%:*} dst=${pair#*:}
+	src=$STATE/${pair%%:*} dst=${pair#*:}
 	if [[ ! -d $dst ]]; then
-		mkdir -p "$dst"
 		record mountpoint "$dst"
+		mkdir -p "$dst"
 	fi
 	in_node mount --bind "$src" "$dst"
 done
 
 snapshotter=overlayfs
-mkdir -p "$ROOT/tmp/ovl"/{l,u,w,m}
-if ! in_node mount -t overlay overlay -o "lowerdir=$ROOT/tmp/ovl/l,upperdir=$ROOT/tmp/ovl/u,workdir=$ROOT/tmp/ovl/w" "$ROOT/tmp/ovl/m" 2>/dev/null; then
+ovl=$STATE/ovl-probe
+mkdir -p "$ovl"/{l,u,w,m}
+if ! in_node mount -t overlay overlay -o "lowerdir=$ovl/l,upperdir=$ovl/u,workdir=$ovl/w" "$ovl/m" 2>/dev/null; then
 	snapshotter=native
 fi
-in_node umount "$ROOT/tmp/ovl/m" 2>/dev/null || true
-rm -rf "$ROOT/tmp/ovl"
+in_node umount "$ovl/m" 2>/dev/null || true
+rm -rf "$ovl"
 
 # --- 3. Certificates and kubeconfigs --------------------------------------
 log "certificates (one CA: apiserver, kubelet, admin and node clients)"
-pki=$ROOT/pki
+pki=$STATE/pki
 openssl_quiet() { openssl "$@" 2>/dev/null; }
 openssl_quiet req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=vmpod-local-ca" -keyout "$pki/ca.key" -out "$pki/ca.crt"
 # cert NAME SUBJECT [SAN]: a key and a certificate signed by the CA.
@@ -181,14 +185,14 @@ kubeconfig() {
 	"$BIN/kubectl" config --kubeconfig "$f" set-context local --cluster local --user user >/dev/null
 	"$BIN/kubectl" config --kubeconfig "$f" use-context local >/dev/null
 }
-kubeconfig "$ROOT/admin.kubeconfig" https://127.0.0.1:6443 --client-certificate "$pki/admin.crt" --client-key "$pki/admin.key" --embed-certs
-kubeconfig "$ROOT/kubelet.kubeconfig" https://127.0.0.1:6443 --client-certificate "$pki/node.crt" --client-key "$pki/node.key" --embed-certs
+kubeconfig "$STATE/admin.kubeconfig" https://127.0.0.1:6443 --client-certificate "$pki/admin.crt" --client-key "$pki/admin.key" --embed-certs
+kubeconfig "$STATE/kubelet.kubeconfig" https://127.0.0.1:6443 --client-certificate "$pki/node.crt" --client-key "$pki/node.key" --embed-certs
 mkdir -p "$OUT"
 kubeconfig "$OUT/kubeconfig" "https://127.0.0.1:$HOST_PORT" --client-certificate "$pki/admin.crt" --client-key "$pki/admin.key" --embed-certs
 
 # --- 4. Control plane -----------------------------------------------------
 log "starting etcd"
-start etcd "$BIN/etcd" --name "$NAME" --data-dir "$ROOT/etcd" --unsafe-no-fsync \
+start etcd "$BIN/etcd" --name "$NAME" --data-dir "$STATE/etcd" --unsafe-no-fsync \
 	--listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
 	--listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
 	--initial-cluster "$NAME=http://127.0.0.1:2380" --listen-metrics-urls ""
@@ -211,55 +215,55 @@ start kube-apiserver "$BIN/kube-apiserver" \
 wait_for kube-apiserver 120 kubectl_node get --raw /readyz || die "kube-apiserver not ready within 120s"
 
 log "apiserver on the host's 127.0.0.1:$HOST_PORT (forwarded into the node's loopback)"
-"$BIN/vmpod-local-forward" -listen "127.0.0.1:$HOST_PORT" -netns "$NETNS" -target 127.0.0.1:6443 >"$ROOT/logs/forward.log" 2>&1 &
-echo "forward $! $(sleep 0.1; starttime $!)" >>"$ROOT/pids"
+"$BIN/vmpod-local-forward" -listen "127.0.0.1:$HOST_PORT" -netns "$NETNS" -target 127.0.0.1:6443 >"$STATE/logs/forward.log" 2>&1 &
+record_pid forward $!
 wait_for forwarder 20 "$BIN/kubectl" --kubeconfig "$OUT/kubeconfig" get --raw /readyz || die "the forwarder does not answer"
 
 log "applying manifests/ (hack/local/manifests: without the DaemonSets and the Deployment)"
-kubectl_node apply -k "$repo/hack/local/manifests" >"$ROOT/logs/apply.log"
+kubectl_node apply -k "$repo/hack/local/manifests" >"$STATE/logs/apply.log"
 # sa_kubeconfig NAME: a kubeconfig with a token of ServiceAccount
 # vmpod-system/NAME, so the component has exactly the RBAC users give it.
 sa_kubeconfig() {
 	local token
 	token=$(kubectl_node -n vmpod-system create token "$1" --duration 720h)
-	kubeconfig "$ROOT/$2.kubeconfig" https://127.0.0.1:6443 --token "$token"
+	kubeconfig "$STATE/$2.kubeconfig" https://127.0.0.1:6443 --token "$token"
 }
 sa_kubeconfig vmpod-scheduler scheduler
 sa_kubeconfig vmpod-labeller labeller
 
 log "starting the scheduler (VMPlacement; ServiceAccount vmpod-scheduler)"
-sed "s|@ROOT@|$ROOT|g" hack/local/scheduler-config.yaml >"$ROOT/scheduler-config.yaml"
-start scheduler "$BIN/scheduler-plugin" --config "$ROOT/scheduler-config.yaml" --bind-address 127.0.0.1
+sed "s|@STATE@|$STATE|g" hack/local/scheduler-config.yaml >"$STATE/scheduler-config.yaml"
+start scheduler "$BIN/scheduler-plugin" --config "$STATE/scheduler-config.yaml" --bind-address 127.0.0.1
 
 # --- 5. The node: containerd, kubelet, labeller ---------------------------
 log "starting containerd 2.4.2 (runtime handler vmpod, snapshotter $snapshotter)"
-cp "$BIN/vm-runtime" "$ROOT/bin/vm-runtime"
-ln -s vm-runtime "$ROOT/bin/containerd-shim-vmpod-v2"
-sed -e "s|@ROOT@|$ROOT|g" -e "s|@PAUSE_IMAGE@|$PAUSE_IMAGE|g" -e "s|@SNAPSHOTTER@|$snapshotter|g" \
-	-e "s|@RUNC@|$(command -v runc)|g" hack/local/containerd.toml >"$ROOT/containerd.toml"
-sed -e "s|@ROOT@|$ROOT|g" -e "s|@POD_CIDR@|$POD_CIDR|g" hack/local/cni.conflist >"$ROOT/cni/net.d/10-vmpod-local.conflist"
+cp "$BIN/vm-runtime" "$STATE/bin/vm-runtime"
+ln -s vm-runtime "$STATE/bin/containerd-shim-vmpod-v2"
+sed -e "s|@STATE@|$STATE|g" -e "s|@RUN@|$RUN|g" -e "s|@PAUSE_IMAGE@|$PAUSE_IMAGE|g" -e "s|@SNAPSHOTTER@|$snapshotter|g" \
+	-e "s|@RUNC@|$(command -v runc)|g" hack/local/containerd.toml >"$STATE/containerd.toml"
+sed -e "s|@STATE@|$STATE|g" -e "s|@POD_CIDR@|$POD_CIDR|g" hack/local/cni.conflist >"$STATE/cni/net.d/10-vmpod-local.conflist"
 mkdir -p "$CAPS_CACHE"
 # The shims inherit containerd's environment: their state dir (short: QEMU's
 # socket paths must stay under 108 bytes) and the warm QEMU capabilities.
-start containerd env VMPOD_STATE_ROOT="$ROOT/vm" VMPOD_CAPS_CACHE="$CAPS_CACHE" TMPDIR="$ROOT/tmp" \
-	"$BIN/containerd" --config "$ROOT/containerd.toml"
-ctr() { in_node "$BIN/ctr" --address "$ROOT/containerd.sock" -n k8s.io "$@"; }
+start containerd env VMPOD_STATE_ROOT="$RUN/vm" VMPOD_CAPS_CACHE="$CAPS_CACHE" TMPDIR="$RUN/tmp" \
+	"$BIN/containerd" --config "$STATE/containerd.toml"
+ctr() { in_node "$BIN/ctr" --address "$RUN/containerd.sock" -n k8s.io "$@"; }
 wait_for containerd 60 ctr version || die "containerd did not start within 60s"
 log "importing $PAUSE_IMAGE and $IMAGE"
 # (ctr warns on stderr that cgroup v1 is deprecated.)
-ctr images import --platform linux/amd64 "$pause_archive" >/dev/null 2>>"$ROOT/logs/ctr.log"
-ctr images import --platform linux/amd64 "$guest_dir/containerdisk.oci.tar" >/dev/null 2>>"$ROOT/logs/ctr.log"
+ctr images import --platform linux/amd64 "$pause_archive" >/dev/null 2>>"$STATE/logs/ctr.log"
+ctr images import --platform linux/amd64 "$guest_dir/containerdisk.oci.tar" >/dev/null 2>>"$STATE/logs/ctr.log"
 
 log "starting the kubelet (node $NAME at $NODE_IP)"
-sed -e "s|@ROOT@|$ROOT|g" -e "s|@NAME@|$NAME|g" -e "s|@NODE_IP@|$NODE_IP|g" hack/local/kubelet.yaml >"$ROOT/kubelet.yaml"
-start kubelet "$BIN/kubelet" --config "$ROOT/kubelet.yaml" --kubeconfig "$ROOT/kubelet.kubeconfig" \
+sed -e "s|@STATE@|$STATE|g" -e "s|@RUN@|$RUN|g" -e "s|@NAME@|$NAME|g" -e "s|@NODE_IP@|$NODE_IP|g" hack/local/kubelet.yaml >"$STATE/kubelet.yaml"
+start kubelet "$BIN/kubelet" --config "$STATE/kubelet.yaml" --kubeconfig "$STATE/kubelet.kubeconfig" \
 	--hostname-override "$NAME" --node-ip "$NODE_IP" --root-dir /var/lib/kubelet
 wait_for "node Ready" 120 bash -c "[[ \$($BIN/kubectl --kubeconfig $OUT/kubeconfig get node $NAME -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}') == True ]]" ||
 	die "node $NAME not Ready within 120s"
 
 log "starting the labeller (ServiceAccount vmpod-labeller)"
-start labeller env TMPDIR="$ROOT/tmp" "$BIN/vm-runtime" labeller --node-name "$NAME" \
-	--kubeconfig "$ROOT/labeller.kubeconfig" --capabilities-cache "$CAPS_CACHE"
+start labeller env TMPDIR="$RUN/tmp" "$BIN/vm-runtime" labeller --node-name "$NAME" \
+	--kubeconfig "$STATE/labeller.kubeconfig" --capabilities-cache "$CAPS_CACHE"
 wait_for "vmpod.io/runtime=true" 120 bash -c "[[ \$($BIN/kubectl --kubeconfig $OUT/kubeconfig get node $NAME -o jsonpath='{.metadata.labels.vmpod\.io/runtime}') == true ]]" ||
 	die "the labeller did not label $NAME within 120s"
 # shellcheck disable=SC2016 # a go-template, not shell
@@ -269,9 +273,9 @@ log "node $NAME is Ready and labelled: $("$BIN/kubectl" --kubeconfig "$OUT/kubec
 cat >"$OUT/env" <<EOF
 # Written by hack/local-up.sh: the cluster for kubectl and the e2e tests.
 export KUBECONFIG=$OUT/kubeconfig
-export VMPOD_E2E=1
+export VMPOD_E2E_CGROUP_ROOT=/$NAME
 export VMPOD_E2E_NODE_EXEC="nsenter --target $(holder_pid) --mount --net --"
-export VMPOD_E2E_STATE_ROOT=$ROOT/vm
+export VMPOD_E2E_STATE_ROOT=$RUN/vm
 export VMPOD_E2E_IMAGE=$IMAGE
 EOF
 trap - ERR
@@ -333,10 +337,10 @@ cat <<EOF
   kubectl get nodes --show-labels
   kubectl logs -f test-guest          # the serial console
   kubectl delete pod test-guest       # ACPI shutdown (kubectl logs -f shows it)
-  (source $OUT/env && go test -count=1 ./test/e2e)   # the end-to-end tests
+  (source $OUT/env && go test -tags e2e -count=1 ./test/e2e)   # the end-to-end tests
 
   Inside the node's network namespace (pod IPs, the kubelet):
   nsenter --target $(holder_pid) --mount --net -- bash
 
-  Logs: $ROOT/logs.  Remove everything: hack/local-down.sh
+  Logs: $STATE/logs.  Remove everything: hack/local-down.sh
 EOF

@@ -1,11 +1,16 @@
 // Package kind checks the kind cluster config and the workflow that uses it
 // without Docker: the config is decoded with kind's own v1alpha4 API types
-// (strictly, as kind does), its containerd patch is parsed as TOML and
-// merged into the containerd config of kind's node image the way kind
-// merges it, and containerd 2.4.2 itself loads the result when it is built.
+// (strictly, as kind does); its containerd patches are applied the way kind
+// applies them (pkg/internal/patch.ContainerdTOML: a patch goes only into a
+// config of its version, as a JSON merge patch) to the containerd config of
+// the node image of the kind release in go.mod, which kind ships in its
+// module, and to the same config migrated to version 3; containerd 2.4.2
+// itself loads the results when it is built. The kind defaults vmpod
+// relies on (the systemd cgroup driver) are read from that release too.
 package kind
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path"
@@ -19,12 +24,14 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// The runtime table in kind's version 2 containerd config, and where
-// containerd 2.x puts it after migrating the file.
-var (
-	v2Runtimes = []string{"plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes"}
-	v3Runtimes = []string{"plugins", "io.containerd.cri.v1.runtime", "containerd", "runtimes"}
-)
+// runtimes is where the CRI runtimes table is in a containerd config of
+// each version; containerd 2.x migrates 2 to the names of 3 on load, and 4
+// (containerd 2.4's) keeps them.
+var runtimes = map[int][]string{
+	2: {"plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes"},
+	3: {"plugins", "io.containerd.cri.v1.runtime", "containerd", "runtimes"},
+	4: {"plugins", "io.containerd.cri.v1.runtime", "containerd", "runtimes"},
+}
 
 func loadCluster(t *testing.T) v1alpha4.Cluster {
 	t.Helper()
@@ -43,19 +50,34 @@ func loadCluster(t *testing.T) v1alpha4.Cluster {
 	return c
 }
 
+// TestClusterConfig: one containerd patch per config version, each with
+// the runtime under that version's names, and every node mounts the shim.
 func TestClusterConfig(t *testing.T) {
 	c := loadCluster(t)
-	if len(c.ContainerdConfigPatches) != 1 {
-		t.Fatalf("%d containerd patches, want 1", len(c.ContainerdConfigPatches))
+	versions := map[int]bool{}
+	var shimDir string
+	for i, p := range c.ContainerdConfigPatches {
+		var patch map[string]any
+		if _, err := toml.Decode(p, &patch); err != nil {
+			t.Fatalf("containerd patch %d is not TOML: %v", i, err)
+		}
+		v := configVersion(patch)
+		if runtimes[v] == nil {
+			t.Fatalf("containerd patch %d has version %d: want 2, 3 or 4, set, so that kind applies it only to a config of that version", i, v)
+		}
+		if versions[v] {
+			t.Errorf("two containerd patches for version %d", v)
+		}
+		versions[v] = true
+		rt := checkRuntime(t, patch, runtimes[v])
+		shimDir = path.Dir(rt["runtime_path"].(string))
 	}
-	var patch map[string]any
-	if _, err := toml.Decode(c.ContainerdConfigPatches[0], &patch); err != nil {
-		t.Fatalf("the containerd patch is not TOML: %v", err)
+	for v := range runtimes {
+		if !versions[v] {
+			t.Errorf("no containerd patch for version %d (kind's node images: 2; containerd 2.x: 3 and 4)", v)
+		}
 	}
-	rt := checkRuntime(t, patch, v2Runtimes)
 
-	// Every node mounts the directory the runtime's shim is in.
-	shimDir := path.Dir(rt["runtime_path"].(string))
 	for i, n := range c.Nodes {
 		found := false
 		for _, m := range n.ExtraMounts {
@@ -92,6 +114,19 @@ func checkRuntime(t *testing.T, m map[string]any, runtimes []string) map[string]
 	return rt
 }
 
+// checkKindRunc: kind's runc runtime is still there, with the systemd
+// cgroup driver kind sets.
+func checkKindRunc(t *testing.T, m map[string]any, runtimes []string) {
+	t.Helper()
+	opts := lookup(m, append(slices.Clone(runtimes), "runc", "options")...)
+	if opts == nil {
+		t.Fatalf("no [%s.runc.options]: the patch lost kind's runc", strings.Join(runtimes, "."))
+	}
+	if opts["SystemdCgroup"] != true {
+		t.Errorf("runc SystemdCgroup = %v, want kind's true", opts["SystemdCgroup"])
+	}
+}
+
 func lookup(m map[string]any, keys ...string) map[string]any {
 	for _, k := range keys {
 		next, ok := m[k].(map[string]any)
@@ -103,44 +138,146 @@ func lookup(m map[string]any, keys ...string) map[string]any {
 	return m
 }
 
-// TestPatchOnKindNodeConfig merges the patch into the containerd config of
-// the node image of the kind release in go.mod (kind ships it in its
-// module), as kind does (a TOML merge: tables merge, values replace), and
-// has containerd 2.4.2 load the result when it is built: the vmpod
-// runtime must be there next to kind's runc.
-func TestPatchOnKindNodeConfig(t *testing.T) {
+func configVersion(m map[string]any) int {
+	v, _ := m["version"].(int64)
+	return int(v)
+}
+
+// kindModuleFile is a file of the kind release in go.mod.
+func kindModuleFile(t *testing.T, elem ...string) string {
+	t.Helper()
 	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kind").Output()
 	if err != nil {
 		t.Fatalf("go list sigs.k8s.io/kind: %v", err)
 	}
-	base := filepath.Join(strings.TrimSpace(string(out)), "images", "base", "files", "etc", "containerd", "config.toml")
-	var node map[string]any
-	if _, err := toml.DecodeFile(base, &node); err != nil {
+	return filepath.Join(append([]string{strings.TrimSpace(string(out))}, elem...)...)
+}
+
+// kindNodeConfig is the containerd config of kind's node image.
+func kindNodeConfig(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(kindModuleFile(t, "images", "base", "files", "etc", "containerd", "config.toml"))
+	if err != nil {
 		t.Fatalf("kind's node containerd config: %v", err)
 	}
-	for _, p := range loadCluster(t).ContainerdConfigPatches {
+	return string(b)
+}
+
+// TestKindDefaults: what vmpod's kind setup assumes of kind, read from the
+// kind release in go.mod: the node's containerd config is version 2 with
+// runc on the systemd cgroup driver, and the kubelet kind configures uses
+// the systemd driver (for Kubernetes >= 1.24) under cgroupRoot /kubelet.
+// With cgroup v2 on the host, pods' cgroupsPath reach the shim as systemd
+// slice:prefix:name triples under kubelet.slice.
+func TestKindDefaults(t *testing.T) {
+	var node map[string]any
+	if _, err := toml.Decode(kindNodeConfig(t), &node); err != nil {
+		t.Fatal(err)
+	}
+	if v := configVersion(node); v != 2 {
+		t.Errorf("kind's node containerd config is version %d; cluster.yaml's comment says 2", v)
+	}
+	checkKindRunc(t, node, runtimes[configVersion(node)])
+
+	b, err := os.ReadFile(kindModuleFile(t, "pkg", "cluster", "internal", "kubeadm", "config.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`c.CgroupDriver = "systemd"`, "cgroupDriver: {{ .CgroupDriver }}\ncgroupRoot: /kubelet\n"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("kind's kubeadm config template no longer has %q", want)
+		}
+	}
+}
+
+// kindPatch applies containerd config patches as kind does
+// (pkg/internal/patch.ContainerdTOML, internal to kind): a patch that sets
+// a version other than the config's is skipped; the others are merge
+// patches (tables merge, values replace). It returns the result and how
+// many patches applied.
+func kindPatch(t *testing.T, config string, patches []string) (map[string]any, int) {
+	t.Helper()
+	var m map[string]any
+	if _, err := toml.Decode(config, &m); err != nil {
+		t.Fatal(err)
+	}
+	version, applied := configVersion(m), 0
+	if version == 0 {
+		t.Fatal("the node config has no version; kind refuses to patch it")
+	}
+	for _, p := range patches {
 		var patch map[string]any
 		if _, err := toml.Decode(p, &patch); err != nil {
 			t.Fatal(err)
 		}
-		merge(node, patch)
+		if v := configVersion(patch); v != 0 && v != version {
+			continue
+		}
+		merge(m, patch)
+		applied++
 	}
-	checkRuntime(t, node, v2Runtimes)
-	if lookup(node, append(slices.Clone(v2Runtimes), "runc")...) == nil {
-		t.Error("the merge lost kind's runc runtime")
-	}
+	return m, applied
+}
 
+// TestPatchOnKindNodeConfig applies the patches to kind's node config and
+// to that config migrated by containerd 2.4.2 (to version 4, and the same
+// marked version 3), as kind would, and has containerd load the results
+// when it is built: exactly one patch applies, the vmpod runtime is there
+// next to kind's runc.
+func TestPatchOnKindNodeConfig(t *testing.T) {
+	patches := loadCluster(t).ContainerdConfigPatches
 	containerd := filepath.Join("..", "..", "_output", "bin", "containerd")
+	haveContainerd := true
 	if _, err := os.Stat(containerd); err != nil {
-		t.Logf("containerd not built (hack/containerd/install.sh): not asking containerd itself")
-		return
+		haveContainerd = false
+		t.Logf("containerd not built (hack/containerd/install.sh): not asking containerd itself, not migrating to version 3")
 	}
+	configs := map[int]string{2: kindNodeConfig(t)}
+	if haveContainerd {
+		base := filepath.Join(t.TempDir(), "kind-v2.toml")
+		if err := os.WriteFile(base, []byte(configs[2]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(containerd, "--config", base, "config", "migrate").Output()
+		if err != nil {
+			t.Fatalf("containerd config migrate: %v\n%s", err, stderr(err))
+		}
+		configs[4] = string(out)
+		if !strings.HasPrefix(configs[4], "version = 4\n") {
+			t.Fatalf("containerd config migrate made:\n%s", out)
+		}
+		configs[3] = "version = 3\n" + strings.TrimPrefix(configs[4], "version = 4\n")
+	}
+	for v, config := range configs {
+		t.Run(fmt.Sprintf("version %d", v), func(t *testing.T) {
+			node, applied := kindPatch(t, config, patches)
+			if configVersion(node) != v {
+				t.Fatalf("config version %d, want %d", configVersion(node), v)
+			}
+			if applied != 1 {
+				t.Errorf("%d patches applied to a version %d config, want 1", applied, v)
+			}
+			checkRuntime(t, node, runtimes[v])
+			checkKindRunc(t, node, runtimes[v])
+			if !haveContainerd {
+				return
+			}
+			loaded := containerdDump(t, containerd, node)
+			checkRuntime(t, loaded, runtimes[4])
+			checkKindRunc(t, loaded, runtimes[4])
+		})
+	}
+}
+
+// containerdDump has containerd load config and returns what it made of it.
+func containerdDump(t *testing.T, containerd string, config map[string]any) map[string]any {
+	t.Helper()
 	merged := filepath.Join(t.TempDir(), "config.toml")
 	f, err := os.Create(merged)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := toml.NewEncoder(f).Encode(node); err != nil {
+	if err := toml.NewEncoder(f).Encode(config); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
@@ -152,10 +289,11 @@ func TestPatchOnKindNodeConfig(t *testing.T) {
 	if _, err := toml.Decode(string(dump), &loaded); err != nil {
 		t.Fatal(err)
 	}
-	checkRuntime(t, loaded, v3Runtimes)
+	return loaded
 }
 
-// merge merges src into dst as kind merges containerd patches.
+// merge merges src into dst as a JSON merge patch (RFC 7386) without
+// nulls, which TOML cannot express.
 func merge(dst, src map[string]any) {
 	for k, v := range src {
 		if sm, ok := v.(map[string]any); ok {
@@ -192,7 +330,8 @@ func TestWorkflow(t *testing.T) {
 		}
 	}
 	text := runs.String()
-	for _, want := range []string{"hack/kind/build.sh", "--config hack/kind/cluster.yaml", "hack/kind/node-setup.sh", "kubectl apply -k hack/kind/manifests", "./test/e2e"} {
+	for _, want := range []string{"hack/kind/build.sh", "--config hack/kind/cluster.yaml", "hack/kind/node-setup.sh", "kubectl apply -k hack/kind/manifests",
+		"-tags e2e", "./test/e2e", "cgroup2fs", "cgroupDriver: systemd"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the workflow does not run %q", want)
 		}

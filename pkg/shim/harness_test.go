@@ -1,6 +1,7 @@
 package shim_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -148,7 +151,75 @@ func (e shimEnv) start(t testing.TB, id, bundle string) string {
 	if err := proto.Unmarshal(out, &res); err != nil {
 		t.Fatalf("shim start output: %v", err)
 	}
+	e.killAtCleanup(t)
 	return res.Address
+}
+
+// killAtCleanup finds the long-lived shim the start command launched and
+// kills it when the test ends. start forks it into its own process group
+// and exits, as containerd expects, so it is not our child (init adopts
+// and reaps it) and only the Shutdown a passing test sends would stop it:
+// a test that failed earlier left it running. It is found by PID and start
+// time: the shim binary running with this pod's VMPOD_STATE_ROOT.
+func (e shimEnv) killAtCleanup(t testing.TB) {
+	t.Helper()
+	exe, err := filepath.EvalSymlinks(e.bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(filepath.Base(d))
+		if err != nil {
+			continue
+		}
+		if l, _ := os.Readlink(d + "/exe"); l != exe {
+			continue
+		}
+		env, _ := os.ReadFile(d + "/environ")
+		if !slices.Contains(strings.Split(string(env), "\x00"), "VMPOD_STATE_ROOT="+e.state) {
+			continue
+		}
+		start := procStart(pid)
+		if start == "" {
+			continue
+		}
+		if _, dup := shimsKilledAtCleanup.LoadOrStore(fmt.Sprint(pid, " ", start), true); dup {
+			continue // the pod's second task reached the same shim
+		}
+		t.Cleanup(func() {
+			if procStart(pid) != start {
+				return // gone (a passing test shut it down)
+			}
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			deadline := time.Now().Add(10 * time.Second)
+			for procStart(pid) == start {
+				if time.Now().After(deadline) {
+					t.Errorf("shim %d survived SIGKILL", pid)
+					return
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// shimsKilledAtCleanup holds "pid starttime" of each shim with a cleanup.
+var shimsKilledAtCleanup sync.Map
+
+// procStart is the start time of process pid (field 22 of its stat), which
+// tells it from a later process with the same PID; "" once it has exited
+// (a zombie counts as exited: its parent, not us, reaps it).
+func procStart(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
+		return ""
+	}
+	return f[19]
 }
 
 // delete runs the shim's delete command for task id, as containerd does

@@ -1,12 +1,21 @@
+//go:build e2e
+
 // Package e2e tests vmpod end to end against a running cluster: VM pods
 // created through the API, placed by the VMPlacement scheduler, started by
 // a real kubelet through containerd and the vmpod shim.
 //
-// The tests run when VMPOD_E2E=1, against $KUBECONFIG. After
-// hack/local-up.sh, `source _output/local/env` sets everything; the kind
-// workflow (.github/workflows/kind-e2e.yaml) sets it for kind.
-// VMPOD_E2E_NODE_EXEC is a command prefix that runs a command on the
-// (single) node, used to reach pod IPs and to look for leftovers; without
-// it those checks are skipped. VMPOD_E2E_IMAGE is the test guest's
-// containerdisk (hack/guest/build.sh), already on the node.
+// Every file has the build tag e2e, so that a plain `go test ./...` neither
+// builds nor lists this package: `make e2e` starts a local cluster
+// (hack/local-up.sh) and runs `go test -tags e2e ./test/e2e` against it; the
+// kind workflow (.github/workflows/kind-e2e.yaml) does the same on kind.
+// Built with the tag, the tests need the cluster and fail without it.
+//
+// Environment ($KUBECONFIG and the rest: after hack/local-up.sh,
+// `source _output/local/env` sets all of it):
+// VMPOD_E2E_NODE_EXEC (required) is a command prefix that runs a command
+// on the (single) node, used to reach pod IPs and to check that the tests
+// left nothing on the node; VMPOD_E2E_IMAGE is the test guest's
+// containerdisk (hack/guest/build.sh), already on the node;
+// VMPOD_E2E_STATE_ROOT is the shims' VMPOD_STATE_ROOT on the node;
+// VMPOD_E2E_CGROUP_ROOT the kubelet's cgroupRoot (unset: any).
 package e2e

@@ -1,3 +1,5 @@
+//go:build e2e
+
 package e2e
 
 import (
@@ -31,35 +33,32 @@ var (
 	nodeExec []string // command prefix that runs on the node; nil: none
 	// stateRoot is the shims' VMPOD_STATE_ROOT on the node.
 	stateRoot = "/run/vmpod"
+	// cgroupRoot is the kubelet's cgroupRoot, "" for any.
+	cgroupRoot = ""
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv("VMPOD_E2E") != "1" {
-		fmt.Println("e2e: skipped; set VMPOD_E2E=1 to run against $KUBECONFIG (after hack/local-up.sh: source _output/local/env)")
-		os.Exit(0)
-	}
 	if err := setup(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.Exit(1)
 	}
-	before, err := leftovers()
+	before, beforeItems, err := leftovers()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e:", err)
+		fmt.Fprintln(os.Stderr, "e2e: what the node has before the tests:", err)
 		os.Exit(1)
 	}
+	fmt.Printf("e2e: the node before the tests: %s\n", before)
 	code := m.Run()
-	// After all tests (their pods are deleted by then) nothing of a VM may
-	// be left on the node: no shim, no QEMU, no pod network namespace (and
-	// so no tap), no rootfs mount, no pod state directory.
-	if code == 0 && nodeExec != nil {
-		after, err := waitLeftovers(before, time.Minute)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "e2e: left on the node after the tests:", err)
-			fmt.Fprintf(os.Stderr, "before: %v\nafter:  %v\n", before, after)
-			code = 1
-		} else {
-			fmt.Printf("e2e: nothing left on the node: as before the tests, %v\n", after)
-		}
+	// After all tests, passed or failed (each deletes its pods at
+	// cleanup), nothing of a VM may be left on the node: see
+	// leftoverScript.
+	after, err := waitLeftovers(before, beforeItems, time.Minute)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: FAIL: left on the node after the tests:", err)
+		fmt.Fprintf(os.Stderr, "before: %s\nafter:  %s\n", before, after)
+		code = 1
+	} else {
+		fmt.Printf("e2e: nothing left on the node: as before the tests, %s\n", after)
 	}
 	os.Exit(code)
 }
@@ -67,7 +66,7 @@ func TestMain(m *testing.M) {
 func setup() error {
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(), nil).ClientConfig()
 	if err != nil {
-		return fmt.Errorf("kubeconfig: %w", err)
+		return fmt.Errorf("kubeconfig (a running cluster is needed: make e2e starts one): %w", err)
 	}
 	cfg.QPS, cfg.Burst = 50, 100 // the tests poll pods and logs
 	if client, err = kubernetes.NewForConfig(cfg); err != nil {
@@ -79,8 +78,10 @@ func setup() error {
 	if v := os.Getenv("VMPOD_E2E_STATE_ROOT"); v != "" {
 		stateRoot = v
 	}
-	if v := os.Getenv("VMPOD_E2E_NODE_EXEC"); v != "" {
-		nodeExec = strings.Fields(v)
+	cgroupRoot = strings.TrimSuffix(os.Getenv("VMPOD_E2E_CGROUP_ROOT"), "/")
+	// The leftover check runs on the node: it is not optional.
+	if nodeExec = strings.Fields(os.Getenv("VMPOD_E2E_NODE_EXEC")); len(nodeExec) == 0 {
+		return fmt.Errorf("VMPOD_E2E_NODE_EXEC is not set: a command prefix that runs a command on the node (after hack/local-up.sh: source _output/local/env)")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -105,11 +106,18 @@ func onNode(ctx context.Context, script string, args ...string) (string, error) 
 	return string(out), nil
 }
 
-// leftoverScript counts, on the node, what a VM pod has while it runs:
-// vmpod shims (in the node's mount namespace: a local node shares /proc
-// with the host), QEMU processes with a pod state dir on their command
-// line, CNI pod network namespaces (the tap lives in one), container
-// rootfs mounts, and pod state dirs.
+// leftoverScript counts, on the node, everything a VM pod has while it
+// runs and must not have after it was deleted; the counts before and after
+// the tests must be equal. Processes: vmpod shims (in the node's mount
+// namespace: a local node shares /proc with the host), QEMU processes with
+// a pod state dir on their command line, the tasks in the kubelet's
+// kubepods cgroups. Cgroups: every pod cgroup and every directory below
+// one (the container's, libvirt's), in every hierarchy (cgroupfs or systemd
+// driver, v1 or v2). Network: CNI pod network namespaces, and the taps in
+// them and in the node's. Mounts: all of the node's mount namespace, and
+// among them container rootfs mounts. Files: pod state dirs of the shims
+// and the kubelet's pod dirs. After the counts it lists what it counted,
+// one item a line, to name what differs.
 const leftoverScript = `
 state=$1
 self=$(readlink /proc/self/ns/mnt)
@@ -126,28 +134,53 @@ for d in /proc/[0-9]*; do
     case " ${argv[*]} " in *"$state/pods/"*) qemu=$((qemu + 1)) ;; esac ;;
   esac
 done
-netns=$(grep -c '/netns/cni-' /proc/self/mountinfo || true)
+cgroups=0 tasks=0
+# Below the kubelet's cgroupRoot ($2: hack/local-up.sh's node shares the
+# host's cgroups with other clusters' kubelets), or anywhere on the node.
+mapfile -t kubepods < <(find /sys/fs/cgroup -mindepth 1 -maxdepth 5 -type d -path "*$2/*kubepods*" -prune 2>/dev/null)
+# Pod cgroups and all below them: pod<uid> (cgroupfs) or
+# kubepods-<qos>-pod<uid>.slice (systemd), not the QoS cgroups the kubelet
+# may make when it first needs them.
+podcgroups() {
+  [ ${#kubepods[@]} -gt 0 ] || return 0
+  find "${kubepods[@]}" -mindepth 1 -type d 2>/dev/null | grep -E '/([^/]*-)?pod[0-9a-f]{8}[-_]' || true
+}
+if [ ${#kubepods[@]} -gt 0 ]; then
+  cgroups=$(podcgroups | wc -l)
+  tasks=$(find "${kubepods[@]}" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u | wc -l)
+fi
+netns=0 taps=$(ip -o link show type tun 2>/dev/null | wc -l)
+for ns in $(awk '$5 ~ /\/netns\/cni-/ { print $5 }' /proc/self/mountinfo | sort -u); do
+  netns=$((netns + 1))
+  taps=$((taps + $(nsenter --net="$ns" ip -o link show type tun 2>/dev/null | wc -l)))
+done
+mounts=$(wc -l </proc/self/mountinfo)
 rootfs=$(grep -c 'io.containerd.runtime.v2.task/k8s.io/.*/rootfs ' /proc/self/mountinfo || true)
 dirs=$(ls "$state/pods" 2>/dev/null | wc -l)
-echo "shims=$shims qemu=$qemu netns=$netns rootfs=$rootfs statedirs=$dirs"
+poddirs=$(ls /var/lib/kubelet/pods 2>/dev/null | wc -l)
+echo "shims=$shims qemu=$qemu tasks=$tasks cgroups=$cgroups netns=$netns taps=$taps mounts=$mounts rootfs=$rootfs statedirs=$dirs kubelet-poddirs=$poddirs"
+# What was counted, one per line, to show what differs.
+podcgroups | sed 's/^/cgroup /'
+awk '{ print "mount", $5 }' /proc/self/mountinfo
+ls "$state/pods" 2>/dev/null | sed 's/^/statedir /'
+ls /var/lib/kubelet/pods 2>/dev/null | sed 's/^/kubelet-poddir /'
 `
 
-func leftovers() (string, error) {
-	if nodeExec == nil {
-		return "", nil
-	}
+// leftovers returns the counts of leftoverScript and what it counted.
+func leftovers() (string, []string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out, err := onNode(ctx, leftoverScript, stateRoot)
-	return strings.TrimSpace(out), err
+	out, err := onNode(ctx, leftoverScript, stateRoot, cgroupRoot)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	return lines[0], lines[1:], err
 }
 
 // waitLeftovers waits, bounded, until the node is back to what it had
-// before the tests.
-func waitLeftovers(before string, timeout time.Duration) (string, error) {
+// before the tests; the error names what differs.
+func waitLeftovers(before string, beforeItems []string, timeout time.Duration) (string, error) {
 	deadline := time.Now().Add(timeout)
 	for {
-		after, err := leftovers()
+		after, items, err := leftovers()
 		if err != nil {
 			return after, err
 		}
@@ -155,8 +188,24 @@ func waitLeftovers(before string, timeout time.Duration) (string, error) {
 			return after, nil
 		}
 		if time.Now().After(deadline) {
-			return after, fmt.Errorf("the node has %q, had %q before the tests", after, before)
+			return after, fmt.Errorf("the node has %q, had %q before the tests; new: %q; gone: %q",
+				after, before, missing(items, beforeItems), missing(beforeItems, items))
 		}
 		time.Sleep(2 * time.Second)
 	}
+}
+
+// missing lists the items of a that are not in b.
+func missing(a, b []string) []string {
+	in := map[string]bool{}
+	for _, x := range b {
+		in[x] = true
+	}
+	var out []string
+	for _, x := range a {
+		if !in[x] {
+			out = append(out, x)
+		}
+	}
+	return out
 }
