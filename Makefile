@@ -15,7 +15,7 @@ FUZZTIME ?= 10s
 # Tests that boot the guest find it here.
 export VMPOD_GUEST_DIR := $(GUEST_DIR)
 
-.PHONY: all deps guest build test unit fuzz bench clean demo demo-down e2e
+.PHONY: all deps guest build test unit fuzz bench clean demo demo-down e2e nodevm
 
 all: build
 
@@ -29,10 +29,18 @@ build: deps
 	$(GO) build -o $(OUT)/bin/vm-runtime ./cmd/vm-runtime
 
 test: deps guest
-	$(GO) vet ./...
+	$(GO) vet -tags e2e,nodevm ./...
 	$(GO) test -count=1 -timeout 30m ./...
 	@$(MAKE) --no-print-directory fuzz
+	@$(MAKE) --no-print-directory nodevm
 	@$(MAKE) --no-print-directory e2e
+
+# vmpod on a cgroup v2 + systemd node (kind's containerd config, the
+# installer, a VM pod under a systemd pod slice) and with the cgroupfs
+# driver on cgroup v2: a node booted as a TCG VM over this machine's root
+# (test/nodevm builds only with the tag nodevm; about 2 minutes).
+nodevm: deps guest
+	$(GO) test -tags nodevm -count=1 -timeout 15m -v ./test/nodevm
 
 # A one-node cluster in a network namespace running a VM pod
 # (hack/local-up.sh builds etcd, kube-apiserver, kubelet, kubectl and the

@@ -1,0 +1,507 @@
+//go:build nodevm
+
+package nodevm
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	systemd "github.com/coreos/go-systemd/v22/dbus"
+	godbus "github.com/godbus/dbus/v5"
+	appsv1 "k8s.io/api/apps/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/vmpod/vmpod/internal/testenv/containerd"
+	"github.com/vmpod/vmpod/internal/testenv/nodevm"
+	"github.com/vmpod/vmpod/internal/testguest"
+	"github.com/vmpod/vmpod/pkg/vmspec"
+)
+
+// The VM pod: 256 MiB, one vCPU, under TCG (the node has no KVM).
+const (
+	guestBytes = 256 << 20
+	firstLine  = "Linux version" // the guest kernel's first serial line
+)
+
+// vmLimit is the memory.max QEMU's cgroup must have: guest + overhead.
+func vmLimit() uint64 { return guestBytes + vmspec.OverheadFor(false).Bytes(guestBytes, 1) }
+
+// inside runs in the node VM, as root, with the share as a place to leave
+// facts for the host.
+func inside(t *testing.T) {
+	if st, err := os.Stat("/run/systemd/system"); err != nil || !st.IsDir() {
+		t.Fatalf("not a systemd node: %v", err)
+	}
+	facts, err := os.Create(filepath.Join(nodevm.ShareDir, factsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer facts.Close()
+	fact := func(format string, a ...any) { fmt.Fprintf(facts, format+"\n", a...) }
+
+	t.Run("podcgroup", func(t *testing.T) {
+		start := time.Now()
+		cmd := exec.Command(filepath.Join(nodevm.ShareDir, "podcgroup.test"), "-test.run", "Driver", "-test.v", "-test.timeout", "2m")
+		cmd.Env = append(os.Environ(), "VMPOD_TEST_SYSTEMD=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("pkg/podcgroup tests: %v\n%s", err, out)
+		}
+		for _, want := range []string{"--- PASS: TestCgroupfsDriver", "--- PASS: TestSystemdDriver"} {
+			if !strings.Contains(string(out), want) {
+				t.Errorf("pkg/podcgroup: no %q in\n%s", want, out)
+			}
+		}
+		fact("pkg/podcgroup driver tests on cgroup v2 (cgroupfs and systemd): passed in %.1fs", time.Since(start).Seconds())
+	})
+	t.Run("systemd", func(t *testing.T) { kindNode(t, fact) })
+	t.Run("cgroupfs", func(t *testing.T) { cgroupfsNode(t, fact) })
+}
+
+// kindNode: containerd from kind's node config as a systemd service, the
+// installer as its DaemonSet runs it, a VM pod under a systemd pod slice.
+func kindNode(t *testing.T, fact func(string, ...any)) {
+	start := time.Now()
+	repo := os.Getenv("VMPOD_REPO")
+	bin := filepath.Join(repo, "_output", "bin")
+	kindConfig := readFile(t, filepath.Join(nodevm.ShareDir, "kind-config.toml"))
+
+	// The node's containerd, as kind's node image has it. Its overlayfs
+	// snapshotter cannot put an overlay on the node's overlay root.
+	must(t, os.MkdirAll("/var/lib/containerd", 0o711))
+	sh(t, "mount", "-t", "tmpfs", "tmpfs", "/var/lib/containerd")
+	must(t, os.MkdirAll("/etc/containerd", 0o755))
+	must(t, os.WriteFile("/etc/containerd/config.toml", []byte(kindConfig), 0o644))
+	// kind makes the base spec of its runc runtimes with `ctr oci spec`.
+	must(t, os.WriteFile("/etc/containerd/cri-base.json", []byte(sh(t, filepath.Join(bin, "ctr"), "oci", "spec")), 0o644))
+	cniSetup(t)
+	must(t, os.WriteFile("/etc/systemd/system/containerd.service", []byte(fmt.Sprintf(`[Unit]
+Description=containerd (vmpod node test, kind's config)
+[Service]
+ExecStart=%[1]s/containerd
+Environment=PATH=%[1]s:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+Type=notify
+Delegate=yes
+KillMode=process
+`, bin)), 0o644))
+	sh(t, "systemctl", "daemon-reload")
+	sh(t, "systemctl", "start", "containerd")
+	t.Cleanup(func() { _ = exec.Command("systemctl", "stop", "containerd").Run() })
+	crictl := func(args ...string) (string, error) {
+		cmd := exec.Command(filepath.Join(bin, "crictl"), append([]string{"--runtime-endpoint", "unix:///run/containerd/containerd.sock", "--timeout", "2m"}, args...)...)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return string(out) + stderr.String(), err
+		}
+		return string(out), nil
+	}
+	mustCrictl := func(args ...string) string {
+		t.Helper()
+		out, err := crictl(args...)
+		if err != nil {
+			t.Fatalf("crictl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return strings.TrimSpace(out)
+	}
+	waitFor(t, "containerd's CRI", time.Minute, func() bool { _, err := crictl("info"); return err == nil })
+
+	// The installer, as the DaemonSet runs it: its command and environment
+	// from manifests/installer, the host's / at the host mount, the image's
+	// vm-runtime at /usr/local/bin, the ConfigMap's script at its mount.
+	installer := startInstaller(t, repo)
+	waitFor(t, "the installer to add the vmpod runtime and restart containerd", 2*time.Minute, func() bool {
+		out, err := crictl("info")
+		return err == nil && strings.Contains(out, `"vmpod"`) && strings.Contains(readFile(t, "/etc/containerd/config.toml"), "io.containerd.vmpod.v2")
+	})
+	fact("systemd: containerd from kind's config, vmpod installed by the DaemonSet's script in %.1fs", time.Since(start).Seconds())
+
+	ctr := func(args ...string) string {
+		return sh(t, append([]string{filepath.Join(bin, "ctr"), "-n", "k8s.io"}, args...)...)
+	}
+	ctr("images", "import", os.Getenv("VMPOD_PAUSE_ARCHIVE"))
+	ctr("images", "tag", "--force", "localhost/vmpod/pause:v1", sandboxImage(t, kindConfig))
+	ctr("images", "import", testguest.Archive(t))
+
+	// The pod slice, made with the pod's memory limit as the kubelet's
+	// systemd driver makes it (guest + overhead + room for the shim).
+	const uid = "7e570000cafe"
+	slice := "kubepods-besteffort-pod" + uid + ".slice"
+	podLimit := vmLimit() + 64<<20
+	startSlice(t, slice, podLimit)
+	dir := t.TempDir()
+	podJSON := writeJSON(t, dir, "pod.json", map[string]any{
+		"metadata":      map[string]any{"name": "guest", "namespace": "default", "uid": uid},
+		"log_directory": filepath.Join(dir, "logs"),
+		"linux":         map[string]any{"cgroup_parent": slice},
+	})
+	ctrJSON := writeJSON(t, dir, "vm.json", map[string]any{
+		"metadata": map[string]any{"name": "vm"},
+		"image":    map[string]any{"image": testguest.Image},
+		"log_path": "vm.log",
+		"linux": map[string]any{"resources": map[string]any{
+			"cpu_period": 100000, "cpu_quota": 100000, "cpu_shares": 1024, "memory_limit_in_bytes": guestBytes}},
+	})
+	podID := mustCrictl("runp", "--runtime", "vmpod", podJSON)
+	id := mustCrictl("create", podID, ctrJSON, podJSON)
+	started := time.Now()
+	mustCrictl("start", id)
+	waitFor(t, "the guest's first serial line in crictl logs", 4*time.Minute, func() bool {
+		out, _ := crictl("logs", id)
+		return strings.Contains(out, firstLine)
+	})
+	fact("systemd: crictl start -> first serial line (nested TCG): %.1fs", time.Since(started).Seconds())
+
+	qemu := atoi(t, mustCrictl("inspect", "-o", "go-template", "--template", "{{.info.pid}}", id))
+	sliceDir := "/kubepods.slice/kubepods-besteffort.slice/" + slice
+	wantCg := sliceDir + "/cri-containerd-" + id + ".scope"
+	if got := cgroupOf(t, qemu); got != wantCg {
+		t.Errorf("QEMU %d is in %s, want %s", qemu, got, wantCg)
+	}
+	gotMax := readFile(t, filepath.Join("/sys/fs/cgroup", wantCg, "memory.max"))
+	if strings.TrimSpace(gotMax) != strconv.FormatUint(vmLimit(), 10) {
+		t.Errorf("QEMU's memory.max = %s, want guest + overhead = %d", gotMax, vmLimit())
+	}
+	fact("systemd: QEMU's cgroup %s, memory.max %s (guest %d MiB + overhead %d MiB); the pod slice's memory.max %s",
+		wantCg, strings.TrimSpace(gotMax), guestBytes>>20, (vmLimit()-guestBytes)>>20,
+		strings.TrimSpace(readFile(t, filepath.Join("/sys/fs/cgroup", sliceDir, "memory.max"))))
+	shimCg := cgroupOf(t, atoi(t, mustCrictl("inspectp", "-o", "go-template", "--template", "{{.info.pid}}", podID)))
+	if want := sliceDir + "/cri-containerd-" + podID + ".scope"; shimCg != want {
+		t.Errorf("the pod's shim is in %s, want %s", shimCg, want)
+	}
+
+	// The guest is still booting its kernel (nested TCG): it does not see
+	// the ACPI button, so stop ends in a hard stop after the grace time.
+	mustCrictl("stop", "--timeout", "3", id)
+	code := mustCrictl("inspect", "-o", "go-template", "--template", "{{.status.exitCode}}", id)
+	if code != "137" {
+		t.Errorf("exit code after stop = %s, want 137 (killed after the grace time)", code)
+	}
+	fact("systemd: crictl stop -> exit code %s", code)
+	mustCrictl("rm", id)
+	mustCrictl("stopp", podID)
+	mustCrictl("rmp", podID)
+
+	waitFor(t, "the pod's processes and scopes to go", 30*time.Second, func() bool {
+		return len(procs("qemu-system-x86", "vm-runtime")) == 0 &&
+			strings.TrimSpace(sh(t, "systemctl", "list-units", "--all", "--plain", "--no-legend", "cri-containerd-*")) == ""
+	})
+	if sub := subdirs(filepath.Join("/sys/fs/cgroup", sliceDir)); len(sub) > 0 {
+		t.Errorf("cgroups left under the pod slice: %v", sub)
+	}
+	if left, _ := os.ReadDir("/run/vmpod/pods"); len(left) > 0 {
+		t.Errorf("pod state left in /run/vmpod/pods: %v", left)
+	}
+	stopSlice(t, slice)
+	fact("systemd: after rm: no QEMU, shim, scope, cgroup or pod state left")
+
+	// The DaemonSet's pod stops: the installer takes vmpod out again.
+	must(t, installer.Process.Signal(syscall.SIGTERM))
+	if err := waitExit(installer, time.Minute); err != nil {
+		t.Errorf("the installer did not stop cleanly: %v", err)
+	}
+	if got := readFile(t, "/etc/containerd/config.toml"); got != kindConfig {
+		t.Errorf("after uninstall containerd's config is not kind's again:\n%s", got)
+	}
+	fact("systemd: whole run %.1fs", time.Since(start).Seconds())
+}
+
+// cgroupfsNode: the same VM pod with the cgroupfs driver on cgroup v2,
+// through the containerd test harness.
+func cgroupfsNode(t *testing.T, fact func(string, ...any)) {
+	start := time.Now()
+	shimDir := t.TempDir()
+	must(t, os.Symlink(filepath.Join(nodevm.ShareDir, "vm-runtime"), filepath.Join(shimDir, "containerd-shim-vmpod-v2")))
+	// Short: QEMU's sockets go a few levels below it (108-byte limit).
+	state, err := os.MkdirTemp("/tmp", "vst-")
+	must(t, err)
+	t.Cleanup(func() { os.RemoveAll(state) })
+	c := containerd.Start(t, containerd.Options{
+		ShimDir: shimDir,
+		Env:     []string{"VMPOD_STATE_ROOT=" + state, "VMPOD_CAPS_CACHE=" + filepath.Join(state, "caps")},
+	})
+	c.ImportImage(t, testguest.Archive(t))
+	pod := c.NewPodConfig("guest", "default", "7e57-0002", nil)
+	podDir := pod.Linux.CgroupParent
+	// As the kubelet does on cgroup v2: the pod's cgroup, with the memory
+	// and cpu controllers enabled from the root down.
+	must(t, os.MkdirAll(filepath.Join("/sys/fs/cgroup", podDir), 0o755))
+	var ancestors []string
+	for d := filepath.Dir(podDir); d != "/"; d = filepath.Dir(d) {
+		ancestors = append([]string{d}, ancestors...)
+	}
+	for _, d := range append([]string{"/"}, ancestors...) {
+		must(t, os.WriteFile(filepath.Join("/sys/fs/cgroup", d, "cgroup.subtree_control"), []byte("+memory +cpu"), 0o644))
+	}
+	must(t, os.WriteFile(filepath.Join("/sys/fs/cgroup", podDir, "memory.max"), []byte(strconv.FormatUint(vmLimit()+64<<20, 10)), 0o644))
+	podID := c.RunPod(t, pod, "vmpod")
+	ctr := containerd.NewContainerConfig("vm", testguest.Image)
+	ctr.Linux.Resources = containerd.Resources(1000, guestBytes)
+	id := c.CreateContainer(t, podID, ctr, pod)
+	started := time.Now()
+	c.MustCrictl(t, "start", id)
+	waitFor(t, "the guest's first serial line in crictl logs", 4*time.Minute, func() bool {
+		out, _ := c.Crictl(t, "logs", id)
+		return strings.Contains(out, firstLine)
+	})
+	fact("cgroupfs: crictl start -> first serial line (nested TCG): %.1fs", time.Since(started).Seconds())
+	qemu := atoi(t, c.MustCrictl(t, "inspect", "-o", "go-template", "--template", "{{.info.pid}}", id))
+	wantCg := podDir + "/" + id
+	if got := cgroupOf(t, qemu); got != wantCg {
+		t.Errorf("QEMU %d is in %s, want %s", qemu, got, wantCg)
+	}
+	gotMax := strings.TrimSpace(readFile(t, filepath.Join("/sys/fs/cgroup", wantCg, "memory.max")))
+	if gotMax != strconv.FormatUint(vmLimit(), 10) {
+		t.Errorf("QEMU's memory.max = %s, want %d", gotMax, vmLimit())
+	}
+	fact("cgroupfs: QEMU's cgroup %s, memory.max %s", wantCg, gotMax)
+	c.MustCrictl(t, "stop", "--timeout", "3", id)
+	if code := strings.TrimSpace(c.MustCrictl(t, "inspect", "-o", "go-template", "--template", "{{.status.exitCode}}", id)); code != "137" {
+		t.Errorf("exit code after stop = %s, want 137", code)
+	}
+	c.MustCrictl(t, "rm", id)
+	c.StopRemovePod(t, podID)
+	waitFor(t, "QEMU and the shim to go", 30*time.Second, func() bool { return len(procs("qemu-system-x86", "vm-runtime")) == 0 })
+	if sub := subdirs(filepath.Join("/sys/fs/cgroup", podDir)); len(sub) > 0 {
+		t.Errorf("cgroups left under the pod's: %v", sub)
+	}
+	if left, _ := os.ReadDir(filepath.Join(state, "pods")); len(left) > 0 {
+		t.Errorf("pod state left: %v", left)
+	}
+	must(t, os.Remove(filepath.Join("/sys/fs/cgroup", podDir)))
+	fact("cgroupfs: whole run %.1fs, nothing left", time.Since(start).Seconds())
+}
+
+// startInstaller runs manifests/installer's container as the DaemonSet
+// would: its command, its environment, / at its host mount, in a mount
+// namespace of its own.
+func startInstaller(t *testing.T, repo string) *exec.Cmd {
+	t.Helper()
+	var ds appsv1.DaemonSet
+	must(t, yaml.Unmarshal([]byte(readFile(t, filepath.Join(repo, "manifests", "installer", "installer.yaml"))), &ds))
+	c := ds.Spec.Template.Spec.Containers[0]
+	if !ds.Spec.Template.Spec.HostPID {
+		t.Fatal("the installer DaemonSet lost hostPID, which its nsenter into the host needs")
+	}
+	hostMount, scriptMount := "", ""
+	for _, m := range c.VolumeMounts {
+		switch m.Name {
+		case "host":
+			hostMount = m.MountPath
+		case "script":
+			scriptMount = m.MountPath
+		}
+	}
+	if hostMount == "" || scriptMount == "" {
+		t.Fatalf("the installer's mounts changed: %+v", c.VolumeMounts)
+	}
+	// The image's binary and the ConfigMap's script, where the container
+	// has them.
+	copyFile(t, filepath.Join(nodevm.ShareDir, "vm-runtime"), "/usr/local/bin/vm-runtime", 0o755)
+	must(t, os.MkdirAll(scriptMount, 0o755))
+	copyFile(t, filepath.Join(repo, "manifests", "installer", "vmpod-installer.sh"), filepath.Join(scriptMount, "vmpod-installer.sh"), 0o644)
+	must(t, os.MkdirAll(hostMount, 0o755))
+
+	cmdline := strings.Join(quoteAll(append(c.Command, c.Args...)), " ")
+	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+		fmt.Sprintf("mount --rbind / %s && exec %s", hostMount, cmdline))
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	for _, e := range c.Env {
+		cmd.Env = append(cmd.Env, e.Name+"="+e.Value)
+	}
+	log, err := os.Create(filepath.Join(nodevm.ShareDir, "installer.log"))
+	must(t, err)
+	cmd.Stdout, cmd.Stderr = log, log
+	must(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		log.Close()
+		if t.Failed() {
+			t.Logf("installer log:\n%s", readFile(t, log.Name()))
+		}
+	})
+	return cmd
+}
+
+// startSlice makes the pod's slice over D-Bus with a memory limit, as the
+// kubelet's systemd cgroup driver does.
+func startSlice(t *testing.T, slice string, memMax uint64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := systemd.NewWithContext(ctx)
+	must(t, err)
+	defer conn.Close()
+	done := make(chan string, 1)
+	props := []systemd.Property{
+		systemd.PropDescription("vmpod test pod " + slice),
+		{Name: "MemoryAccounting", Value: godbus.MakeVariant(true)},
+		{Name: "MemoryMax", Value: godbus.MakeVariant(memMax)},
+	}
+	if _, err := conn.StartTransientUnitContext(ctx, slice, "fail", props, done); err != nil {
+		t.Fatalf("make %s: %v", slice, err)
+	}
+	if r := <-done; r != "done" {
+		t.Fatalf("make %s: job %s", slice, r)
+	}
+	t.Cleanup(func() { stopSlice(t, slice) })
+}
+
+func stopSlice(t *testing.T, slice string) {
+	_ = exec.Command("systemctl", "stop", slice).Run()
+}
+
+// sandboxImage is the pinned sandbox image of kind's config.
+func sandboxImage(t *testing.T, config string) string {
+	for _, line := range strings.Split(config, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "sandbox_image = "); ok {
+			return strings.Trim(v, `"`)
+		}
+	}
+	t.Fatal("kind's containerd config pins no sandbox_image")
+	return ""
+}
+
+// cniSetup gives containerd's default CNI dirs a bridge network whose
+// addresses exist only inside this VM (it has no NIC).
+func cniSetup(t *testing.T) {
+	must(t, os.MkdirAll("/opt/cni/bin", 0o755))
+	plugins, err := filepath.Glob("/usr/lib/cni/*")
+	must(t, err)
+	for _, p := range plugins {
+		must(t, os.Symlink(p, filepath.Join("/opt/cni/bin", filepath.Base(p))))
+	}
+	must(t, os.MkdirAll("/etc/cni/net.d", 0o755))
+	must(t, os.WriteFile("/etc/cni/net.d/10-vmpod.conflist", []byte(`{
+  "cniVersion": "1.0.0", "name": "nodevm",
+  "plugins": [{"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false,
+    "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.0.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}]}}]
+}`), 0o644))
+}
+
+// cgroupOf is pid's cgroup v2 path.
+func cgroupOf(t *testing.T, pid int) string {
+	t.Helper()
+	s := readFile(t, fmt.Sprintf("/proc/%d/cgroup", pid))
+	return strings.TrimSpace(strings.TrimPrefix(s, "0::"))
+}
+
+// procs lists live processes whose comm starts with one of the names.
+func procs(names ...string) []string {
+	var out []string
+	dirs, _ := filepath.Glob("/proc/[0-9]*/comm")
+	for _, f := range dirs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		comm := strings.TrimSpace(string(b))
+		for _, n := range names {
+			if strings.HasPrefix(comm, n) {
+				out = append(out, filepath.Base(filepath.Dir(f))+":"+comm)
+			}
+		}
+	}
+	return out
+}
+
+func subdirs(dir string) []string {
+	var out []string
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.IsDir() {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+func waitFor(t *testing.T, what string, timeout time.Duration, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for next := time.Now().Add(15 * time.Second); !ok(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s in %s", what, timeout)
+		}
+		if time.Now().After(next) {
+			t.Logf("still waiting for %s", what)
+			next = time.Now().Add(15 * time.Second)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+func waitExit(cmd *exec.Cmd, timeout time.Duration) error {
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(timeout):
+		return fmt.Errorf("still running after %s", timeout)
+	}
+}
+
+func sh(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func writeJSON(t *testing.T, dir, name string, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	must(t, err)
+	p := filepath.Join(dir, name)
+	must(t, os.WriteFile(p, b, 0o644))
+	return p
+}
+
+func readFile(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	must(t, err)
+	return string(b)
+}
+
+func copyFile(t *testing.T, from, to string, mode os.FileMode) {
+	t.Helper()
+	must(t, os.WriteFile(to, []byte(readFile(t, from)), mode))
+	must(t, os.Chmod(to, mode))
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	must(t, err)
+	return n
+}
+
+func quoteAll(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return out
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

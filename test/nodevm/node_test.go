@@ -1,0 +1,128 @@
+//go:build nodevm
+
+package nodevm
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmpod/vmpod/internal/testenv/containerd"
+	"github.com/vmpod/vmpod/internal/testenv/nodevm"
+	"github.com/vmpod/vmpod/internal/testguest"
+)
+
+// insideEnv tells this test binary that it runs inside the node VM.
+const insideEnv = "VMPOD_IN_NODEVM"
+
+// factsFile is where the inside run writes what it measured, one line each,
+// for the host side to log.
+const factsFile = "facts.txt"
+
+// TestCgroupV2SystemdNode boots a cgroup v2 + systemd node and runs the
+// checks of this package's doc inside it (see inside.go).
+func TestCgroupV2SystemdNode(t *testing.T) {
+	if os.Getenv(insideEnv) != "" {
+		inside(t)
+		return
+	}
+	start := time.Now()
+	repo := containerd.RepoRoot(t)
+	bin := t.TempDir()
+	build(t, repo, filepath.Join(bin, "vm-runtime"), "build", "./cmd/vm-runtime")
+	build(t, repo, filepath.Join(bin, "podcgroup.test"), "test", "-c", "./pkg/podcgroup")
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// containerd 2.4.2, ctr, crictl and the pause image, built on the host
+	// (the node sees the host's root read-only, the repo included).
+	script(t, filepath.Join(repo, "hack", "containerd", "install.sh"))
+	pause := script(t, filepath.Join(repo, "hack", "pause", "build.sh"))
+	kindDir := strings.TrimSpace(run(t, repo, "go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kind"))
+
+	files := map[string]string{
+		"nodevm.test":      self,
+		"vm-runtime":       filepath.Join(bin, "vm-runtime"),
+		"podcgroup.test":   filepath.Join(bin, "podcgroup.test"),
+		"kind-config.toml": filepath.Join(kindDir, "images", "base", "files", "etc", "containerd", "config.toml"),
+	}
+	env := map[string]string{
+		insideEnv:             "1",
+		"VMPOD_REPO":          repo,
+		"VMPOD_PAUSE_ARCHIVE": strings.TrimSpace(pause),
+		"VMPOD_GUEST_DIR":     testguest.Dir(t),
+	}
+	var sh strings.Builder
+	for k, v := range env {
+		fmt.Fprintf(&sh, "export %s=%q\n", k, v)
+	}
+	// The harness finds the repo from the working directory.
+	fmt.Fprintf(&sh, "cd %q\nexec %s/nodevm.test -test.run '^TestCgroupV2SystemdNode$' -test.v -test.timeout 5m\n",
+		filepath.Join(repo, "test", "nodevm"), nodevm.ShareDir)
+	res := nodevm.Run(t, nodevm.Options{Script: sh.String(), Files: files, Timeout: 6 * time.Minute})
+	for _, line := range strings.Split(strings.TrimSpace(string(res.Files[factsFile])), "\n") {
+		if line != "" {
+			t.Logf("node: %s", line)
+		}
+	}
+	if res.ExitCode != 0 || !strings.Contains(res.Output, "--- PASS: TestCgroupV2SystemdNode") {
+		t.Fatalf("inside the node VM (exit %d):\n%s", res.ExitCode, res.Output)
+	}
+	t.Logf("inside the node VM:\n%s", lastLines(res.Output, 40))
+	t.Logf("boot to run.sh %.1fs; whole test %.1fs", res.Boot.Seconds(), time.Since(start).Seconds())
+}
+
+// build runs go build or go test -c in the repo.
+func build(t *testing.T, repo, out string, args ...string) {
+	t.Helper()
+	args = append(args[:1], append([]string{"-o", out}, args[1:]...)...)
+	run(t, repo, "go", args...)
+}
+
+// script runs a hack/ script, showing its progress, and returns its stdout.
+func script(t *testing.T, path string) string {
+	t.Helper()
+	cmd := exec.Command(path)
+	var out strings.Builder
+	cmd.Stdout = &out
+	cmd.Stderr = testWriter{t}
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return out.String()
+}
+
+func run(t *testing.T, dir, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	if err != nil {
+		var stderr string
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, stderr)
+	}
+	return string(out)
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
