@@ -19,6 +19,11 @@ type Paths struct {
 	// RootDisk is the qcow2 overlay whose backing file is the image's disk;
 	// "" when the image has no disk.
 	RootDisk string
+	// BaseDisk and BaseFormat ("qcow2" or "raw") are the image's disk under
+	// RootDisk. The domain names them as the overlay's whole backing chain,
+	// so libvirt and QEMU follow nothing a pod author wrote into a header.
+	BaseDisk   string
+	BaseFormat string
 	// Volumes maps each vmspec.Volume name to its host block device.
 	Volumes map[string]string
 	// CloudInitISO is the NoCloud seed image; required when Spec.CloudInit is set.
@@ -65,7 +70,9 @@ func steps(s vmspec.Spec, h host.Host, accel host.Accel, p Paths) []step {
 		{"memory", func(d *libvirtxml.Domain) error { return memory(d, s.MemoryBytes) }},
 		{"firmware", func(d *libvirtxml.Domain) error { return firmware(d, s.Firmware, boot, h.Firmware, p.NVRAM) }},
 		{"boot", func(d *libvirtxml.Domain) error { return bootSource(d, boot, s.Boot.Cmdline, s.Console, p) }},
-		{"disks", func(d *libvirtxml.Domain) error { return disks(d, s.DiskBus, boot, p.RootDisk, s.Volumes, p.Volumes) }},
+		{"disks", func(d *libvirtxml.Domain) error {
+			return disks(d, s.DiskBus, boot, p.RootDisk, p.BaseDisk, p.BaseFormat, s.Volumes, p.Volumes)
+		}},
 		{"cloud-init", func(d *libvirtxml.Domain) error { return cloudInit(d, s.CloudInit != nil, p.CloudInitISO) }},
 		{"network", func(d *libvirtxml.Domain) error { return network(d, s.NICs, p.NICs) }},
 		{"console", func(d *libvirtxml.Domain) error { return console(d, s.Console, p.Console, p.ConsoleLog) }},

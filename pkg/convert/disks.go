@@ -10,8 +10,10 @@ import (
 
 // disks attaches the image's disk (the qcow2 overlay the runtime made over
 // it, never the image itself) and then each block volume in pod order, all
-// on the pod's disk bus.
-func disks(d *libvirtxml.Domain, bus vmspec.DiskBus, b boot, rootDisk string, vols []vmspec.Volume, volPaths map[string]string) error {
+// on the pod's disk bus. The overlay's backing chain is spelled out and
+// ends at the base with an empty <backingStore/>: libvirt then opens the
+// base as the format given and probes no backing file from its header.
+func disks(d *libvirtxml.Domain, bus vmspec.DiskBus, b boot, rootDisk, baseDisk, baseFormat string, vols []vmspec.Volume, volPaths map[string]string) error {
 	names := targetNames(bus)
 	dev := devices(d)
 	if rootDisk != "" {
@@ -20,6 +22,14 @@ func disks(d *libvirtxml.Domain, bus vmspec.DiskBus, b boot, rootDisk string, vo
 			Driver: &libvirtxml.DomainDiskDriver{Name: "qemu", Type: "qcow2", Discard: "unmap"},
 			Source: &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: rootDisk}},
 			Target: &libvirtxml.DomainDiskTarget{Dev: names.next(), Bus: string(bus)},
+		}
+		if baseDisk == "" || (baseFormat != "qcow2" && baseFormat != "raw") {
+			return missingPath("BaseDisk and BaseFormat (qcow2 or raw)")
+		}
+		disk.BackingStore = &libvirtxml.DomainDiskBackingStore{
+			Format:       &libvirtxml.DomainDiskFormat{Type: baseFormat},
+			Source:       &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: baseDisk}},
+			BackingStore: &libvirtxml.DomainDiskBackingStore{},
 		}
 		if b == bootDisk {
 			disk.Boot = &libvirtxml.DomainDeviceBoot{Order: 1}

@@ -41,6 +41,8 @@ func paths() convert.Paths {
 		Kernel:       state + "/rootfs/boot/vmlinux",
 		Initrd:       state + "/rootfs/boot/initrd.img",
 		RootDisk:     state + "/disk.qcow2",
+		BaseDisk:     state + "/rootfs/disk/disk.qcow2",
+		BaseFormat:   "qcow2",
 		Volumes:      map[string]string{"data": state + "/dev/data", "logs": state + "/dev/logs"},
 		CloudInitISO: state + "/cidata.iso",
 		NVRAM:        state + "/nvram.fd",

@@ -142,9 +142,9 @@ func TestSteps(t *testing.T) {
 			want: libvirtxml.Domain{OS: &libvirtxml.DomainOS{Kernel: "/k", Initrd: "/i", Cmdline: "console=ttyS0 quiet"}},
 		},
 		{
-			name: "disks: root disk boots, volumes follow with serials",
+			name: "disks: root disk boots over its base and nothing else, volumes follow with serials",
 			apply: func(d *libvirtxml.Domain) error {
-				return disks(d, vmspec.DiskBusVirtio, bootDisk, "/s/disk.qcow2",
+				return disks(d, vmspec.DiskBusVirtio, bootDisk, "/s/disk.qcow2", "/img/disk/disk.qcow2", "qcow2",
 					[]vmspec.Volume{{Name: "data", Serial: "data"}}, map[string]string{"data": "/s/dev/data"})
 			},
 			want: libvirtxml.Domain{Devices: &libvirtxml.DomainDeviceList{Disks: []libvirtxml.DomainDisk{
@@ -154,6 +154,11 @@ func TestSteps(t *testing.T) {
 					Source: &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: "/s/disk.qcow2"}},
 					Target: &libvirtxml.DomainDiskTarget{Dev: "vda", Bus: "virtio"},
 					Boot:   &libvirtxml.DomainDeviceBoot{Order: 1},
+					BackingStore: &libvirtxml.DomainDiskBackingStore{
+						Format:       &libvirtxml.DomainDiskFormat{Type: "qcow2"},
+						Source:       &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: "/img/disk/disk.qcow2"}},
+						BackingStore: &libvirtxml.DomainDiskBackingStore{},
+					},
 				},
 				{
 					Device: "disk",
@@ -274,8 +279,11 @@ func TestStepErrors(t *testing.T) {
 			return firmware(d, vmspec.FirmwareUEFI, bootDisk, tcgHost.Firmware, "")
 		}, errdefs.IsInternal, "paths: NVRAM is required"},
 		{"volume without path", func(d *libvirtxml.Domain) error {
-			return disks(d, vmspec.DiskBusVirtio, bootDisk, "", []vmspec.Volume{{Name: "data"}}, nil)
+			return disks(d, vmspec.DiskBusVirtio, bootDisk, "", "", "", []vmspec.Volume{{Name: "data"}}, nil)
 		}, errdefs.IsInternal, `paths: Volumes["data"] is required`},
+		{"root disk without its base", func(d *libvirtxml.Domain) error {
+			return disks(d, vmspec.DiskBusVirtio, bootDisk, "/s/disk.qcow2", "", "", nil, nil)
+		}, errdefs.IsInternal, `paths: BaseDisk and BaseFormat (qcow2 or raw) is required`},
 		{"nic without tap", func(d *libvirtxml.Domain) error { return network(d, []vmspec.NIC{{Name: "eth0"}}, nil) },
 			errdefs.IsInternal, `paths: NICs["eth0"] with tap and MAC is required`},
 		{"console without socket", func(d *libvirtxml.Domain) error { return console(d, true, "", "") },

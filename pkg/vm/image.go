@@ -3,12 +3,13 @@ package vm
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
 )
 
 // Image is what a containerdisk ships, as host paths inside its unpacked
@@ -28,35 +29,38 @@ type Image struct {
 
 var diskFormats = map[string]string{".qcow2": "qcow2", ".raw": "raw", ".img": "raw"}
 
-// FindImage looks into a containerdisk's root filesystem. Only regular files
-// count: a symlink in an image could otherwise point the VM at a host path.
+// FindImage looks into a containerdisk's root filesystem, which the pod
+// author made. Every path is resolved beneath rootfs with openat2 and no
+// symlink may take part, not even one that stays inside the image: a
+// symlinked /disk or /boot (absolute or ../..) would otherwise resolve in
+// the host's mount namespace and show the VM a host file. Only regular
+// files count. A refusal is InvalidArgument naming the file.
 func FindImage(rootfs string) (Image, error) {
+	root, err := os.Open(rootfs)
+	if err != nil {
+		return Image{}, fmt.Errorf("image root %s: %v: %w", rootfs, err, errdefs.ErrInternal)
+	}
+	defer root.Close()
+
 	var img Image
 	for _, k := range []string{"boot/vmlinux", "boot/vmlinuz"} {
-		if ok, err := regularFile(rootfs, k); err != nil {
+		if ok, err := regularFile(root, k); err != nil {
 			return Image{}, err
 		} else if ok {
 			img.Kernel = filepath.Join(rootfs, k)
 			break
 		}
 	}
-	if ok, err := regularFile(rootfs, "boot/initrd.img"); err != nil {
+	if ok, err := regularFile(root, "boot/initrd.img"); err != nil {
 		return Image{}, err
 	} else if ok {
 		img.Initrd = filepath.Join(rootfs, "boot/initrd.img")
 	}
 
-	entries, err := os.ReadDir(filepath.Join(rootfs, "disk"))
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+	disks, err := diskFiles(root)
+	if err != nil {
 		return Image{}, err
 	}
-	var disks []string
-	for _, e := range entries {
-		if _, ok := diskFormats[filepath.Ext(e.Name())]; ok && e.Type().IsRegular() {
-			disks = append(disks, e.Name())
-		}
-	}
-	slices.Sort(disks)
 	switch len(disks) {
 	case 0:
 	case 1:
@@ -73,13 +77,107 @@ func FindImage(rootfs string) (Image, error) {
 	return img, nil
 }
 
-func regularFile(root, rel string) (bool, error) {
-	fi, err := os.Lstat(filepath.Join(root, rel))
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return false, nil
-	case err != nil:
-		return false, err
+// openBeneath opens rel below root without following any symlink and
+// without leaving root (RESOLVE_BENEATH also refuses "..").
+func openBeneath(root *os.File, rel string, flags uint64) (*os.File, error) {
+	fd, err := unix.Openat2(int(root.Fd()), rel, &unix.OpenHow{
+		Flags:   flags | unix.O_CLOEXEC | unix.O_NOFOLLOW,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return nil, err
 	}
-	return fi.Mode().IsRegular(), nil
+	return os.NewFile(uintptr(fd), rel), nil
+}
+
+// refused is the error for an image path that is not a plain file or
+// directory.
+func refused(rel string, err error) error {
+	switch {
+	case errors.Is(err, unix.ELOOP):
+		return fmt.Errorf("image file /%s: a symlink is on its path; a containerdisk's /boot and /disk may hold no symlinks: %w",
+			rel, errdefs.ErrInvalidArgument)
+	case errors.Is(err, unix.EXDEV):
+		return fmt.Errorf("image file /%s: leaves the image root: %w", rel, errdefs.ErrInvalidArgument)
+	}
+	return fmt.Errorf("image file /%s: %v: %w", rel, err, errdefs.ErrInternal)
+}
+
+// regularFile reports whether rel is a regular file beneath root; false if
+// it does not exist, an error if it is anything else or a symlink is on
+// its path.
+func regularFile(root *os.File, rel string) (bool, error) {
+	f, err := openBeneath(root, rel, unix.O_PATH)
+	if errors.Is(err, unix.ENOENT) {
+		return false, nil
+	}
+	if err != nil {
+		return false, refused(rel, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return false, refused(rel, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return false, fmt.Errorf("image file /%s: a %s, not a regular file: %w", rel, kind(fi.Mode()), errdefs.ErrInvalidArgument)
+	}
+	return true, nil
+}
+
+// diskFiles lists the disk images in /disk: regular files with a disk
+// extension. A disk-named entry of any other kind is refused, not skipped,
+// so the pod author learns why the VM has no disk.
+func diskFiles(root *os.File) ([]string, error) {
+	dir, err := openBeneath(root, "disk", unix.O_RDONLY|unix.O_DIRECTORY)
+	if errors.Is(err, unix.ENOENT) {
+		return nil, nil
+	}
+	if err != nil {
+		if errors.Is(err, unix.ENOTDIR) {
+			// O_NOFOLLOW|O_DIRECTORY on a symlink says ENOTDIR: say which.
+			if f, perr := openBeneath(root, "disk", unix.O_PATH); perr == nil {
+				fi, serr := f.Stat()
+				f.Close()
+				if serr == nil && fi.Mode()&os.ModeSymlink != 0 {
+					return nil, refused("disk", unix.ELOOP)
+				}
+			}
+			return nil, fmt.Errorf("image file /disk: not a directory: %w", errdefs.ErrInvalidArgument)
+		}
+		return nil, refused("disk", err)
+	}
+	defer dir.Close()
+	entries, err := dir.ReadDir(-1)
+	if err != nil {
+		return nil, refused("disk", err)
+	}
+	var disks []string
+	for _, e := range entries {
+		if _, ok := diskFormats[filepath.Ext(e.Name())]; !ok {
+			continue
+		}
+		if !e.Type().IsRegular() {
+			return nil, fmt.Errorf("image file /disk/%s: a %s, not a regular file: %w", e.Name(), kind(e.Type()), errdefs.ErrInvalidArgument)
+		}
+		disks = append(disks, e.Name())
+	}
+	slices.Sort(disks)
+	return disks, nil
+}
+
+func kind(m os.FileMode) string {
+	switch {
+	case m&os.ModeSymlink != 0:
+		return "symlink"
+	case m.IsDir():
+		return "directory"
+	case m&os.ModeDevice != 0:
+		return "device"
+	case m&os.ModeNamedPipe != 0:
+		return "named pipe"
+	case m&os.ModeSocket != 0:
+		return "socket"
+	}
+	return strings.TrimSpace(m.Type().String())
 }

@@ -45,6 +45,7 @@ func (l Layout) Paths(s vmspec.Spec, img Image) convert.Paths {
 	}
 	if img.Disk != "" {
 		p.RootDisk = l.Overlay()
+		p.BaseDisk, p.BaseFormat = img.Disk, img.DiskFormat
 	}
 	if s.CloudInit != nil {
 		p.CloudInitISO = l.CloudInitISO()

@@ -54,7 +54,11 @@ func (rt *Runtime) Create(ctx context.Context, cfg Config) (_ *Machine, retErr e
 		return nil, fmt.Errorf("state dir: %v: %w", err, errdefs.ErrInternal)
 	}
 	if cfg.Image.Disk != "" {
-		if err := createOverlay(ctx, cfg.Image.Disk, cfg.Image.DiskFormat, l.Overlay()); err != nil {
+		info, err := inspectDisk(ctx, cfg.Image.Disk, cfg.Image.DiskFormat)
+		if err != nil {
+			return nil, err
+		}
+		if err := createOverlay(ctx, cfg.Image.Disk, cfg.Image.DiskFormat, info.VirtualSize, l.Overlay()); err != nil {
 			return nil, err
 		}
 		defer func() {
