@@ -487,3 +487,44 @@ func TestShimRefusesVMWithoutCgroup(t *testing.T) {
 	e.env.delete(t, e.p.sandboxID, e.p.sandboxBundle)
 	e.assertClean(t)
 }
+
+// TestShimRefusesHostileImage: a containerdisk whose disk is a qcow2 with a
+// backing file on the host is refused at Create with InvalidArgument naming
+// the file, and the failed Create leaves nothing behind.
+func TestShimRefusesHostileImage(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e := newPodEnv(t)
+	rootfs := filepath.Join(e.p.vmBundle, "rootfs")
+	disks, _ := filepath.Glob(filepath.Join(rootfs, "disk", "*"))
+	for _, d := range disks {
+		if err := os.Remove(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", "-u", "-F", "raw", "-b", "/etc/shadow",
+		filepath.Join(rootfs, "disk", "disk.qcow2"), "64M").CombinedOutput(); err != nil {
+		t.Fatalf("qemu-img: %v: %s", err, out)
+	}
+	addr := e.env.start(t, e.p.sandboxID, e.p.sandboxBundle)
+	c := dial(t, addr)
+	if _, err := c.Create(ctx, &taskAPI.CreateTaskRequest{ID: e.p.sandboxID, Bundle: e.p.sandboxBundle}); err != nil {
+		t.Fatal(err)
+	}
+	e.env.start(t, e.p.vmID, e.p.vmBundle)
+	_, err := c.Create(ctx, &taskAPI.CreateTaskRequest{ID: e.p.vmID, Bundle: e.p.vmBundle})
+	if err == nil || !errdefs.IsInvalidArgument(errgrpc.ToNative(err)) ||
+		!strings.Contains(err.Error(), `image file /disk/disk.qcow2: has a backing file ("/etc/shadow")`) {
+		t.Fatalf("Create VM from a disk backed by /etc/shadow: error %v, want InvalidArgument naming the file and its backing file", err)
+	}
+	e.env.delete(t, e.p.vmID, e.p.vmBundle)
+	if _, err := c.Kill(ctx, &taskAPI.KillRequest{ID: e.p.sandboxID, Signal: uint32(syscall.SIGKILL)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Delete(ctx, &taskAPI.DeleteRequest{ID: e.p.sandboxID}); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = c.Shutdown(ctx, &taskAPI.ShutdownRequest{ID: e.p.sandboxID})
+	e.env.delete(t, e.p.sandboxID, e.p.sandboxBundle)
+	e.assertClean(t)
+}

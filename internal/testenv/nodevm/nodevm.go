@@ -36,6 +36,11 @@ type Options struct {
 	CPUs      int
 	// Timeout bounds the whole run, boot included; default 5 minutes.
 	Timeout time.Duration
+	// Expose lists host directories under /tmp or /var/tmp (which the VM
+	// covers with fresh tmpfs) to show read-only at the same path, such as
+	// a checkout CI cloned into /tmp. Absolute, clean, without spaces or
+	// commas.
+	Expose []string
 }
 
 // Result is what run.sh did.
@@ -109,6 +114,16 @@ func withDefaults(o Options) Options {
 	if o.Timeout == 0 {
 		o.Timeout = 5 * time.Minute
 	}
+	var expose []string
+	for _, d := range o.Expose {
+		if d != filepath.Clean(d) || !filepath.IsAbs(d) || strings.ContainsAny(d, " ,\t\n") {
+			panic(fmt.Sprintf("nodevm: Expose %q: want an absolute clean path without spaces or commas", d))
+		}
+		if under(d, "/tmp") || under(d, "/var/tmp") {
+			expose = append(expose, d)
+		}
+	}
+	o.Expose = expose
 	if !strings.HasPrefix(o.Script, "#!") {
 		o.Script = "#!/bin/sh\n" + o.Script
 	}
@@ -235,3 +250,6 @@ func guestUptime(share string) time.Duration {
 	}
 	return time.Duration(s * float64(time.Second))
 }
+
+// under reports whether p is dir or below it.
+func under(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }

@@ -51,7 +51,7 @@ func qemuArgs(art, share, serial string, o Options) []string {
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot", "-nic", "none",
 		"-bios", "/usr/share/qemu/qboot.rom",
 		"-kernel", filepath.Join(art, "vmlinux"), "-initrd", filepath.Join(art, "initrd.img"),
-		"-append", cmdline,
+		"-append", appendLine(o),
 		"-serial", "file:" + serial,
 	}
 	args = append(args, fsdev("hostroot", "/", "hostroot", true)...)
@@ -183,4 +183,13 @@ func stripANSI(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// appendLine is cmdline plus the host directories /init re-exposes over
+// the VM's own /tmp and /var/tmp (vmpod.expose=a,b).
+func appendLine(o Options) string {
+	if len(o.Expose) == 0 {
+		return cmdline
+	}
+	return cmdline + " vmpod.expose=" + strings.Join(o.Expose, ",")
 }
