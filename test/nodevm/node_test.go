@@ -129,3 +129,24 @@ func lastLines(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// TestCgroupV1SystemdNode: pkg/podcgroup's drivers on the fourth kind of
+// node, cgroup v1 with systemd as PID 1 (rare now, but still the kubelet's
+// systemd driver on older distros).
+func TestCgroupV1SystemdNode(t *testing.T) {
+	repo := containerd.RepoRoot(t)
+	bin := t.TempDir()
+	build(t, repo, filepath.Join(bin, "podcgroup.test"), "test", "-c", "./pkg/podcgroup")
+	res := nodevm.Run(t, nodevm.Options{
+		Script:   "[ \"$(stat -fc %T /sys/fs/cgroup)\" = tmpfs ] && [ -d /sys/fs/cgroup/memory/system.slice ] || { echo not cgroup v1 with systemd; grep cgroup /proc/mounts; exit 1; }\nVMPOD_TEST_SYSTEMD=1 ./podcgroup.test -test.run Driver -test.v -test.timeout 2m\n",
+		Files:    map[string]string{"podcgroup.test": filepath.Join(bin, "podcgroup.test")},
+		Timeout:  4 * time.Minute,
+		CgroupV1: true,
+	})
+	for _, want := range []string{"--- PASS: TestCgroupfsDriver", "--- PASS: TestSystemdDriver"} {
+		if res.ExitCode != 0 || !strings.Contains(res.Output, want) {
+			t.Fatalf("pkg/podcgroup on a cgroup v1 + systemd node (exit %d), no %q:\n%s", res.ExitCode, want, res.Output)
+		}
+	}
+	t.Logf("pkg/podcgroup on cgroup v1 + systemd: passed; boot to run.sh %.1fs, QEMU %.1fs", res.Boot.Seconds(), res.Total.Seconds())
+}

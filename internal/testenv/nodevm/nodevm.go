@@ -36,6 +36,9 @@ type Options struct {
 	CPUs      int
 	// Timeout bounds the whole run, boot included; default 5 minutes.
 	Timeout time.Duration
+	// CgroupV1 boots the node on the legacy cgroup v1 hierarchies (systemd
+	// still PID 1) instead of cgroup v2.
+	CgroupV1 bool
 	// Expose lists host directories under /tmp or /var/tmp (which the VM
 	// covers with fresh tmpfs) to show read-only at the same path, such as
 	// a checkout CI cloned into /tmp. Absolute, clean, without spaces or

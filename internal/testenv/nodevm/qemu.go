@@ -188,8 +188,12 @@ func stripANSI(s string) string {
 // appendLine is cmdline plus the host directories /init re-exposes over
 // the VM's own /tmp and /var/tmp (vmpod.expose=a,b).
 func appendLine(o Options) string {
-	if len(o.Expose) == 0 {
-		return cmdline
+	line := cmdline
+	if o.CgroupV1 {
+		line = strings.NewReplacer("cgroup_no_v1=all ", "", "systemd.unified_cgroup_hierarchy=1", "systemd.unified_cgroup_hierarchy=0").Replace(line)
 	}
-	return cmdline + " vmpod.expose=" + strings.Join(o.Expose, ",")
+	if len(o.Expose) > 0 {
+		line += " vmpod.expose=" + strings.Join(o.Expose, ",")
+	}
+	return line
 }
