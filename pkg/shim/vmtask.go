@@ -81,8 +81,18 @@ func createVM(ctx context.Context, p *pod, r *taskAPI.CreateTaskRequest, oci *sp
 		return nil, err
 	}
 	defer func() {
-		if retErr != nil {
-			v.release(context.WithoutCancel(ctx))
+		if retErr == nil {
+			return
+		}
+		// Undone in full, the task holds nothing: drop its checkpoint so the
+		// delete command that follows has nothing to redo. A partial undo
+		// keeps it, and that delete retries from it.
+		if err := v.release(context.WithoutCancel(ctx)); err != nil {
+			log.G(ctx).WithError(err).Warn("undo a failed VM create")
+			return
+		}
+		if err := removeCheckpoint(p.dir, r.ID); err != nil {
+			log.G(ctx).WithError(err).Warn("remove the checkpoint of a failed VM create")
 		}
 	}()
 
