@@ -190,6 +190,8 @@ func TestFromPodErrors(t *testing.T) {
 			[]string{"spec.containers[0].resources.limits.memory: required: it is the guest's RAM"}},
 		{"too little memory", MakePod("web").Memory("32Mi"),
 			[]string{`spec.containers[0].resources.limits.memory: "32Mi": want at least 64Mi`}},
+		{"absurd memory (overflowed the overhead sums)", MakePod("web").Memory("8Ei"),
+			[]string{`spec.containers[0].resources.limits.memory: `, `at most 1Ti of guest RAM`}},
 		{"too many cpus", MakePod("web").CPU("300"),
 			[]string{`spec.containers[0].resources.limits.cpu: "300": at most 255 vCPUs`}},
 		{"two containers", MakePod("web").Container("sidecar", "busybox"),

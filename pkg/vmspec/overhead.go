@@ -2,6 +2,8 @@ package vmspec
 
 import (
 	"fmt"
+	"math"
+	"math/bits"
 
 	"github.com/containerd/errdefs"
 )
@@ -58,10 +60,34 @@ func OverheadFor(kvm bool) Overhead {
 
 // Bytes is the overhead of a VM with that much guest RAM and that many vCPUs,
 // rounded up to whole MiB.
+// It never wraps: for sizes no Spec passes Validate with, it saturates.
 func (o Overhead) Bytes(guestMemoryBytes uint64, vcpus int) uint64 {
-	perGiB := (guestMemoryBytes*o.PerGuestGiBBytes + (1<<30 - 1)) >> 30
-	b := o.FixedBytes + perGiB + uint64(max(vcpus, 0))*o.PerVCPUBytes
-	return (b + (1<<20 - 1)) &^ (1<<20 - 1)
+	// guest * perGiB / 1 GiB, rounded up, without the 64-bit product.
+	hi, lo := bits.Mul64(guestMemoryBytes, o.PerGuestGiBBytes)
+	lo, carry := bits.Add64(lo, 1<<30-1, 0)
+	hi += carry
+	if hi>>30 != 0 {
+		return math.MaxUint64 &^ (1<<20 - 1)
+	}
+	perGiB := hi<<34 | lo>>30
+	b := addSat(addSat(o.FixedBytes, perGiB), mulSat(uint64(max(vcpus, 0)), o.PerVCPUBytes))
+	return addSat(b, 1<<20-1) &^ (1<<20 - 1)
+}
+
+func addSat(a, b uint64) uint64 {
+	s, c := bits.Add64(a, b, 0)
+	if c != 0 {
+		return math.MaxUint64
+	}
+	return s
+}
+
+func mulSat(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	if hi != 0 {
+		return math.MaxUint64
+	}
+	return lo
 }
 
 // The kubelet limits a pod's memory cgroup to its containers' limits plus

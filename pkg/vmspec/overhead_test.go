@@ -108,3 +108,21 @@ func TestCheckPodLimit(t *testing.T) {
 		})
 	}
 }
+
+// TestOverheadNeverWraps: the product guest RAM x per-GiB slope overflowed
+// 64 bits from about 3.5 TiB; now it is exact below and saturates above.
+func TestOverheadNeverWraps(t *testing.T) {
+	for _, o := range []vmspec.Overhead{vmspec.OverheadTCG, vmspec.OverheadKVM} {
+		if got, want := o.Bytes(vmspec.MaxMemoryBytes, vmspec.MaxVCPUs), o.FixedBytes+1024*o.PerGuestGiBBytes+vmspec.MaxVCPUs*o.PerVCPUBytes; got != want {
+			t.Errorf("Bytes(1Ti, %d) = %d, want %d", vmspec.MaxVCPUs, got, want)
+		}
+		prev := uint64(0)
+		for _, g := range []uint64{1 << 30, 1 << 40, 4 << 40, 1 << 50, 1 << 62, 1<<64 - 1} {
+			got := o.Bytes(g, 1)
+			if got < prev {
+				t.Errorf("Bytes(%d) = %d, less than for a smaller guest (%d): it wrapped", g, got, prev)
+			}
+			prev = got
+		}
+	}
+}

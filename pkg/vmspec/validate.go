@@ -10,6 +10,10 @@ import (
 const (
 	// MinMemoryBytes is the least guest RAM vmpod starts a VM with.
 	MinMemoryBytes = 64 << 20
+	// MaxMemoryBytes is the most guest RAM a VM may have (1 TiB): far above
+	// what a node of today gives one pod, and low enough that no sum of
+	// memory, overhead and the pod's other containers overflows.
+	MaxMemoryBytes = 1 << 40
 	// MaxVCPUs is QEMU's limit for x86 q35 without an IOMMU; the node's own
 	// limit (host.Host.MaxVCPUs) is checked where the VM is placed.
 	MaxVCPUs = 255
@@ -38,6 +42,8 @@ func (s Spec) Validate() error {
 		add(invalid(fieldLimits+".memory", "", "required: it is the guest's RAM"))
 	case s.MemoryBytes < MinMemoryBytes:
 		add(invalid(fieldLimits+".memory", fmt.Sprintf("%dMi", s.MemoryBytes>>20), "want at least 64Mi"))
+	case s.MemoryBytes > MaxMemoryBytes:
+		add(invalid(fieldLimits+".memory", fmt.Sprintf("%dGi", s.MemoryBytes>>30), "at most 1Ti of guest RAM"))
 	case s.MemoryBytes%(1<<20) != 0:
 		add(invalid(fieldLimits+".memory", fmt.Sprint(s.MemoryBytes), "want whole MiB"))
 	}
