@@ -139,7 +139,7 @@ func TestSteps(t *testing.T) {
 			apply: func(d *libvirtxml.Domain) error {
 				return bootSource(d, bootKernel, "quiet", true, Paths{Kernel: "/k", Initrd: "/i"})
 			},
-			want: libvirtxml.Domain{OS: &libvirtxml.DomainOS{Kernel: "/k", Initrd: "/i", Cmdline: "console=ttyS0 quiet"}},
+			want: libvirtxml.Domain{OS: &libvirtxml.DomainOS{Kernel: "/k", Initrd: "/i", Cmdline: "console=ttyS0 no_timer_check quiet"}},
 		},
 		{
 			name: "disks: root disk boots over its base and nothing else, volumes follow with serials",
