@@ -3,6 +3,7 @@
 package nodevm
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -43,7 +44,13 @@ func TestCgroupV2SystemdNode(t *testing.T) {
 	// (the node sees the host's root read-only, the repo included).
 	script(t, filepath.Join(repo, "hack", "containerd", "install.sh"))
 	pause := script(t, filepath.Join(repo, "hack", "pause", "build.sh"))
-	kindDir := strings.TrimSpace(run(t, repo, "go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kind"))
+	// kind's own node config, from the kind module go.mod pins (downloaded
+	// if this machine has not built anything of kind yet).
+	var kindMod struct{ Dir string }
+	if err := json.Unmarshal([]byte(run(t, repo, "go", "mod", "download", "-json", "sigs.k8s.io/kind")), &kindMod); err != nil || kindMod.Dir == "" {
+		t.Fatalf("the kind module: %v", err)
+	}
+	kindDir := kindMod.Dir
 
 	files := map[string]string{
 		"nodevm.test":      self,
