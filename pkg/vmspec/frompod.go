@@ -38,8 +38,16 @@ func FromPod(pod *corev1.Pod) (Spec, error) {
 	vols := podVolumes(pod)
 	for i, d := range c.VolumeDevices {
 		field := fmt.Sprintf("spec.containers[0].volumeDevices[%d]", i)
-		if _, ok := vols[d.Name]; !ok {
+		v, ok := vols[d.Name]
+		if !ok {
 			errs = append(errs, invalid(field+".name", d.Name, "no volume of that name in spec.volumes"))
+			continue
+		}
+		// As the apiserver requires: only a claim can be a block device. A
+		// hostPath (or any other source) named here would otherwise become
+		// a disk of the VM.
+		if v.PersistentVolumeClaim == nil && v.Ephemeral == nil {
+			errs = append(errs, invalid(field+".name", d.Name, "the volume must be a persistentVolumeClaim or an ephemeral volume"))
 			continue
 		}
 		s.Volumes = append(s.Volumes, Volume{Name: d.Name, DevicePath: d.DevicePath, Serial: serial(d.Name)})

@@ -192,6 +192,8 @@ func TestFromPodErrors(t *testing.T) {
 			[]string{`spec.containers[0].resources.limits.memory: "32Mi": want at least 64Mi`}},
 		{"absurd memory (overflowed the overhead sums)", MakePod("web").Memory("8Ei"),
 			[]string{`spec.containers[0].resources.limits.memory: `, `at most 1Ti of guest RAM`}},
+		{"hostPath as a block volume", MakePod("web").HostPathBlockVolume("root", "/dev/sda", "/dev/xvda"),
+			[]string{`spec.containers[0].volumeDevices[0].name: "root": the volume must be a persistentVolumeClaim or an ephemeral volume`}},
 		{"too many cpus", MakePod("web").CPU("300"),
 			[]string{`spec.containers[0].resources.limits.cpu: "300": at most 255 vCPUs`}},
 		{"two containers", MakePod("web").Container("sidecar", "busybox"),

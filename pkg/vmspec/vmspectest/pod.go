@@ -93,6 +93,17 @@ func (p *PodWrapper) BlockVolume(name, claim, devicePath string) *PodWrapper {
 	return p
 }
 
+// HostPathBlockVolume adds a hostPath volume named in volumeDevices, which
+// no valid pod has.
+func (p *PodWrapper) HostPathBlockVolume(name, path, devicePath string) *PodWrapper {
+	p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
+		HostPath: &corev1.HostPathVolumeSource{Path: path},
+	}})
+	c := &p.Spec.Containers[0]
+	c.VolumeDevices = append(c.VolumeDevices, corev1.VolumeDevice{Name: name, DevicePath: devicePath})
+	return p
+}
+
 // ConfigMapVolume adds a configMap volume, mounted at mountPath unless it is "".
 func (p *PodWrapper) ConfigMapVolume(name, configMap, mountPath string) *PodWrapper {
 	p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
