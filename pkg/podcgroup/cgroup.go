@@ -7,12 +7,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/containerd/cgroups/v3"
 	"github.com/containerd/cgroups/v3/cgroup1"
 	"github.com/containerd/cgroups/v3/cgroup2"
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 )
 
 // Root is where cgroup hierarchies are mounted.
@@ -212,14 +214,35 @@ func Remove(p Path) error {
 		}
 		return nil
 	}
-	cg, err := cgroup1.Load(cgroup1.StaticPath(p.Dir))
+	// v1: the directory in every hierarchy it is in, each on its own (a
+	// cgroup half removed before, or made by someone else in fewer
+	// hierarchies, still goes), retrying briefly while the memory
+	// controller lets go of a task that just exited (EBUSY).
+	dirs, err := filepath.Glob(filepath.Join(Root, "*", p.Dir))
 	if err != nil {
-		return nil // gone already
-	}
-	if err := cg.Delete(); err != nil && !errors.Is(err, cgroup1.ErrCgroupDeleted) {
 		return err
 	}
-	return nil
+	var errs []error
+	for _, d := range dirs {
+		errs = append(errs, rmdirRetry(d))
+	}
+	return errors.Join(errs...)
+}
+
+// rmdirRetry removes an empty cgroup directory, retrying EBUSY for up to 2 s.
+func rmdirRetry(dir string) error {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		err := unix.Rmdir(dir)
+		switch {
+		case err == nil, errors.Is(err, unix.ENOENT):
+			return nil
+		case errors.Is(err, unix.EBUSY) && time.Now().Before(deadline):
+			time.Sleep(20 * time.Millisecond)
+		default:
+			return fmt.Errorf("rmdir %s: %w", dir, err)
+		}
+	}
 }
 
 // Leave moves pid out of the pod's cgroups into the root cgroup and
