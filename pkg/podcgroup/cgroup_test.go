@@ -15,10 +15,6 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
-// systemdEnv makes TestSystemdDriver run: test/nodevm sets it when it runs
-// this package's tests inside a node whose PID 1 is systemd.
-const systemdEnv = "VMPOD_TEST_SYSTEMD"
-
 func requireRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -85,39 +81,6 @@ func TestCgroupfsDriver(t *testing.T) {
 	p, err := Parse(pod + "/vm")
 	if err != nil {
 		t.Fatal(err)
-	}
-	testDriver(t, p)
-}
-
-// TestSystemdDriver: the same through systemd scopes in a pod slice.
-func TestSystemdDriver(t *testing.T) {
-	if os.Getenv(systemdEnv) == "" {
-		t.Skip("runs where systemd is PID 1: test/nodevm runs it inside a cgroup v2 + systemd node (" + systemdEnv + "=1)")
-	}
-	requireRoot(t)
-	if _, err := os.Stat("/run/systemd/system"); err != nil {
-		t.Fatalf("%s is set but systemd is not PID 1: %v", systemdEnv, err)
-	}
-	slice := fmt.Sprintf("kubepods-besteffort-podtest%d.slice", os.Getpid())
-	// The kubelet makes the pod slice with the pod's limit; a transient
-	// slice made here stands in for it.
-	out, err := exec.Command("systemd-run", "--slice="+slice, "--unit=vmpod-test-holder", "--property=MemoryMax=268435456", "sleep", "600").CombinedOutput()
-	if err != nil {
-		t.Fatalf("systemd-run: %v: %s", err, out)
-	}
-	t.Cleanup(func() {
-		_ = exec.Command("systemctl", "stop", "vmpod-test-holder.service").Run()
-		_ = exec.Command("systemctl", "stop", slice).Run()
-	})
-	p, err := Parse(slice + ":cri-containerd:vmtest")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := exec.Command("systemctl", "set-property", "--runtime", slice, "MemoryMax=268435456").Run(); err != nil {
-		t.Fatal(err)
-	}
-	if got := MemoryLimit(p.PodDir()); got != 256<<20 {
-		t.Fatalf("pod slice memory limit = %d, want %d", got, 256<<20)
 	}
 	testDriver(t, p)
 }

@@ -434,26 +434,10 @@ func TestShimRefusesVMBeyondPodLimit(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(mem, "memory.limit_in_bytes"), []byte("300M"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	addr := e.env.start(t, e.p.sandboxID, e.p.sandboxBundle)
-	c := dial(t, addr)
-	if _, err := c.Create(ctx, &taskAPI.CreateTaskRequest{ID: e.p.sandboxID, Bundle: e.p.sandboxBundle}); err != nil {
-		t.Fatal(err)
-	}
-	e.env.start(t, e.p.vmID, e.p.vmBundle)
-	_, err := c.Create(ctx, &taskAPI.CreateTaskRequest{ID: e.p.vmID, Bundle: e.p.vmBundle})
+	err := e.createRefusedVM(t, ctx)
 	if err == nil || !strings.Contains(err.Error(), "podFixed") {
 		t.Fatalf("Create VM in a pod limited to 300M: error %v, want a refusal naming podFixed", err)
 	}
-	e.env.delete(t, e.p.vmID, e.p.vmBundle)
-	if _, err := c.Kill(ctx, &taskAPI.KillRequest{ID: e.p.sandboxID, Signal: uint32(syscall.SIGKILL)}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Delete(ctx, &taskAPI.DeleteRequest{ID: e.p.sandboxID}); err != nil {
-		t.Fatal(err)
-	}
-	_, _ = c.Shutdown(ctx, &taskAPI.ShutdownRequest{ID: e.p.sandboxID})
-	e.env.delete(t, e.p.sandboxID, e.p.sandboxBundle)
-	e.assertClean(t)
 }
 
 // TestShimRefusesVMWithoutCgroup: a VM whose container has no cgroupsPath
@@ -466,26 +450,10 @@ func TestShimRefusesVMWithoutCgroup(t *testing.T) {
 	s := vmSpec(e.p, e.podNS, "", nil)
 	s.Linux.CgroupsPath = ""
 	writeBundle(t, e.p.vmBundle, s)
-	addr := e.env.start(t, e.p.sandboxID, e.p.sandboxBundle)
-	c := dial(t, addr)
-	if _, err := c.Create(ctx, &taskAPI.CreateTaskRequest{ID: e.p.sandboxID, Bundle: e.p.sandboxBundle}); err != nil {
-		t.Fatal(err)
-	}
-	e.env.start(t, e.p.vmID, e.p.vmBundle)
-	_, err := c.Create(ctx, &taskAPI.CreateTaskRequest{ID: e.p.vmID, Bundle: e.p.vmBundle})
+	err := e.createRefusedVM(t, ctx)
 	if err == nil || !errdefs.IsInvalidArgument(errgrpc.ToNative(err)) || !strings.Contains(err.Error(), "cannot be charged to its pod") {
 		t.Fatalf("Create VM without a cgroupsPath: error %v, want InvalidArgument saying it cannot be charged to its pod", err)
 	}
-	e.env.delete(t, e.p.vmID, e.p.vmBundle)
-	if _, err := c.Kill(ctx, &taskAPI.KillRequest{ID: e.p.sandboxID, Signal: uint32(syscall.SIGKILL)}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Delete(ctx, &taskAPI.DeleteRequest{ID: e.p.sandboxID}); err != nil {
-		t.Fatal(err)
-	}
-	_, _ = c.Shutdown(ctx, &taskAPI.ShutdownRequest{ID: e.p.sandboxID})
-	e.env.delete(t, e.p.sandboxID, e.p.sandboxBundle)
-	e.assertClean(t)
 }
 
 // TestShimRefusesHostileImage: a containerdisk whose disk is a qcow2 with a
@@ -506,17 +474,25 @@ func TestShimRefusesHostileImage(t *testing.T) {
 		filepath.Join(rootfs, "disk", "disk.qcow2"), "64M").CombinedOutput(); err != nil {
 		t.Fatalf("qemu-img: %v: %s", err, out)
 	}
-	addr := e.env.start(t, e.p.sandboxID, e.p.sandboxBundle)
-	c := dial(t, addr)
-	if _, err := c.Create(ctx, &taskAPI.CreateTaskRequest{ID: e.p.sandboxID, Bundle: e.p.sandboxBundle}); err != nil {
-		t.Fatal(err)
-	}
-	e.env.start(t, e.p.vmID, e.p.vmBundle)
-	_, err := c.Create(ctx, &taskAPI.CreateTaskRequest{ID: e.p.vmID, Bundle: e.p.vmBundle})
+	err := e.createRefusedVM(t, ctx)
 	if err == nil || !errdefs.IsInvalidArgument(errgrpc.ToNative(err)) ||
 		!strings.Contains(err.Error(), `image file /disk/disk.qcow2: has a backing file ("/etc/shadow")`) {
 		t.Fatalf("Create VM from a disk backed by /etc/shadow: error %v, want InvalidArgument naming the file and its backing file", err)
 	}
+}
+
+// createRefusedVM does what containerd does for a pod whose VM task Create
+// fails: sandbox Create, VM Create, then the VM's delete command and the
+// sandbox's kill, delete and shutdown. It checks that nothing is left and
+// returns the VM Create's error for the test to judge.
+func (e *podEnv) createRefusedVM(t *testing.T, ctx context.Context) error {
+	t.Helper()
+	c := dial(t, e.env.start(t, e.p.sandboxID, e.p.sandboxBundle))
+	if _, err := c.Create(ctx, &taskAPI.CreateTaskRequest{ID: e.p.sandboxID, Bundle: e.p.sandboxBundle}); err != nil {
+		t.Fatal(err)
+	}
+	e.env.start(t, e.p.vmID, e.p.vmBundle)
+	_, createErr := c.Create(ctx, &taskAPI.CreateTaskRequest{ID: e.p.vmID, Bundle: e.p.vmBundle})
 	e.env.delete(t, e.p.vmID, e.p.vmBundle)
 	if _, err := c.Kill(ctx, &taskAPI.KillRequest{ID: e.p.sandboxID, Signal: uint32(syscall.SIGKILL)}); err != nil {
 		t.Fatal(err)
@@ -527,4 +503,5 @@ func TestShimRefusesHostileImage(t *testing.T) {
 	_, _ = c.Shutdown(ctx, &taskAPI.ShutdownRequest{ID: e.p.sandboxID})
 	e.env.delete(t, e.p.sandboxID, e.p.sandboxBundle)
 	e.assertClean(t)
+	return createErr
 }

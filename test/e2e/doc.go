@@ -1,5 +1,3 @@
-//go:build e2e
-
 // Package e2e tests vmpod end to end against a running cluster: VM pods
 // created through the API, placed by the VMPlacement scheduler, started by
 // a real kubelet through containerd and the vmpod shim.

@@ -1,5 +1,3 @@
-//go:build nodevm
-
 // Package nodevm runs vmpod on the kind of node users run, which this
 // machine is not: cgroup v2 with systemd as PID 1. The test boots such a
 // node as a VM over this machine's own root (internal/testenv/nodevm) and

@@ -51,7 +51,6 @@ func inside(t *testing.T) {
 	t.Run("podcgroup", func(t *testing.T) {
 		start := time.Now()
 		cmd := exec.Command(filepath.Join(nodevm.ShareDir, "podcgroup.test"), "-test.run", "Driver", "-test.v", "-test.timeout", "2m")
-		cmd.Env = append(os.Environ(), "VMPOD_TEST_SYSTEMD=1")
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("pkg/podcgroup tests: %v\n%s", err, out)

@@ -35,7 +35,7 @@ func TestCgroupV2SystemdNode(t *testing.T) {
 	repo := containerd.RepoRoot(t)
 	bin := t.TempDir()
 	build(t, repo, filepath.Join(bin, "vm-runtime"), "build", "./cmd/vm-runtime")
-	build(t, repo, filepath.Join(bin, "podcgroup.test"), "test", "-c", "./pkg/podcgroup")
+	build(t, repo, filepath.Join(bin, "podcgroup.test"), "test", "-c", "-tags", "systemdnode", "./pkg/podcgroup")
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -143,9 +143,9 @@ func lastLines(s string, n int) string {
 func TestCgroupV1SystemdNode(t *testing.T) {
 	repo := containerd.RepoRoot(t)
 	bin := t.TempDir()
-	build(t, repo, filepath.Join(bin, "podcgroup.test"), "test", "-c", "./pkg/podcgroup")
+	build(t, repo, filepath.Join(bin, "podcgroup.test"), "test", "-c", "-tags", "systemdnode", "./pkg/podcgroup")
 	res := nodevm.Run(t, nodevm.Options{
-		Script:   "[ \"$(stat -fc %T /sys/fs/cgroup)\" = tmpfs ] && [ -d /sys/fs/cgroup/memory/system.slice ] || { echo not cgroup v1 with systemd; grep cgroup /proc/mounts; exit 1; }\nVMPOD_TEST_SYSTEMD=1 ./podcgroup.test -test.run Driver -test.v -test.timeout 2m\n",
+		Script:   "[ \"$(stat -fc %T /sys/fs/cgroup)\" = tmpfs ] && [ -d /sys/fs/cgroup/memory/system.slice ] || { echo not cgroup v1 with systemd; grep cgroup /proc/mounts; exit 1; }\n./podcgroup.test -test.run Driver -test.v -test.timeout 2m\n",
 		Files:    map[string]string{"podcgroup.test": filepath.Join(bin, "podcgroup.test")},
 		Timeout:  4 * time.Minute,
 		CgroupV1: true,
