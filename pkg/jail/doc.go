@@ -1,0 +1,47 @@
+// Package jail runs QEMU with the least it needs: a uid and gid of its own
+// per pod, no capabilities, a mount namespace that shows it its own VM's
+// files and nothing else of the host, and a cap on the size of any file it
+// writes. QEMU parses what the pod author ships (disk images) and emulates
+// devices the guest drives; a QEMU escape lands in this jail, not as root
+// on the node.
+//
+// libvirt starts the domain's <emulator>, which is the jailer: the vm-runtime
+// binary called through a link named EmulatorName. libvirt runs it as root
+// (qemu.conf: user root, clear_emulator_capabilities 0, security_driver
+// none) with QEMU's command line, after libvirt opened and passed what it
+// passes as file descriptors (monitor, tap, log). The domain's environment
+// names the jail's Spec file (EnvSpec). The jailer then, on its own thread:
+//
+//  1. chowns the VM's writable dir (and everything in it, without following
+//     links) and libvirt's per-VM secret file named on the command line to
+//     the jail's uid and gid;
+//  2. makes a private mount namespace and builds a new root on a small
+//     tmpfs: /usr and the merged-/usr links (or /lib, /bin, ... read-only),
+//     /etc/ld.so.cache, a /dev with null, zero, full, random, urandom and
+//     the devices the spec names (made owned by the uid), a /proc that
+//     shows only the jail's own processes (hidepid=invisible, where the
+//     kernel has per-mount proc options, 5.8+; else no /proc), the VM's dir
+//     read-write at its own path (nosuid, noexec) and the image's files
+//     read-only at their own paths; pivots into it and makes it read-only;
+//  3. sets RLIMIT_FSIZE to the spec's limit (the guest's disk growth cap:
+//     a write past it fails with EFBIG, which QEMU reports to the guest as
+//     an I/O error; SIGXFSZ is ignored so QEMU is not killed) and
+//     RLIMIT_CORE to 0;
+//  4. drops supplementary groups, sets gid and uid, empties every
+//     capability set including the bounding and ambient sets, sets
+//     no_new_privs, and execs QEMU.
+//
+// libvirt's seccomp_sandbox = 1 makes QEMU install its own seccomp filter
+// (-sandbox on,...) once it has started.
+//
+// Without EnvSpec the jailer only runs QEMU for libvirt's capability probe
+// (-machine none, no -name): a command line that names a guest is refused,
+// so no guest ever runs unjailed.
+//
+// Uids come from a Range of ids no other user of the node has (the default,
+// 1879048192-1879113727, is in the block systemd leaves unused); Allocate
+// leases one per pod through a file per uid.
+//
+// jail may import the standard library and golang.org/x/sys; nothing of
+// vmpod. pkg/vm uses it; cmd/vm-runtime calls Main.
+package jail

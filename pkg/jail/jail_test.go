@@ -1,0 +1,241 @@
+package jail_test
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/vmpod/vmpod/pkg/jail"
+)
+
+// The test binary is also the jailer when it runs as jail.EmulatorName,
+// as vm-runtime is.
+func TestMain(m *testing.M) {
+	if filepath.Base(os.Args[0]) == jail.EmulatorName {
+		os.Exit(jail.Main(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+const testUID = 0x70000000 + 4242
+
+// jailed runs script with /usr/bin/sh in place of QEMU, in the jail s
+// describes, and returns its output.
+func jailed(t *testing.T, s jail.Spec, script string) (string, error) {
+	t.Helper()
+	if os.Getuid() != 0 {
+		t.Skip("the jailer needs root")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	link := filepath.Join(dir, jail.EmulatorName)
+	if err := os.Symlink(exe, link); err != nil {
+		t.Fatal(err)
+	}
+	spec := filepath.Join(dir, "jail.json")
+	if err := jail.Write(spec, s); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(link, "-c", script)
+	cmd.Env = []string{jail.EnvSpec + "=" + spec, "PATH=/usr/bin:/bin"}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+type testJail struct {
+	spec     jail.Spec
+	vmDir    string // writable
+	image    string // read-only file
+	hostFile string // a host file the jail must not show
+}
+
+func newTestJail(t *testing.T) testJail {
+	t.Helper()
+	dir := t.TempDir()
+	j := testJail{vmDir: filepath.Join(dir, "pod", "vm"), image: filepath.Join(dir, "rootfs", "disk", "disk.img"),
+		hostFile: filepath.Join(dir, "host-secret")}
+	for _, d := range []string{j.vmDir, filepath.Dir(j.image), filepath.Join(dir, "pod", "jail")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for path, content := range map[string]string{
+		j.image:                          "image content\n",
+		filepath.Join(j.vmDir, "nvram"):  "root's file in the VM dir\n",
+		j.hostFile:                       "host secret\n",
+		filepath.Join(dir, "pod", "key"): "not in the jail\n",
+	} {
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The image file is world-readable, as the intake requires.
+	if err := os.Chmod(j.image, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	j.spec = jail.Spec{
+		QEMU: "/usr/bin/sh", UID: testUID, GID: testUID,
+		Root:          filepath.Join(dir, "pod", "jail"),
+		Writable:      []string{j.vmDir},
+		ReadOnly:      []string{j.image},
+		Devices:       []string{"/dev/null"}, // already there, world-usable
+		FileSizeLimit: 1 << 20,
+	}
+	return j
+}
+
+func statusFields(out string) map[string]string {
+	f := map[string]string{}
+	s := bufio.NewScanner(strings.NewReader(out))
+	for s.Scan() {
+		if k, v, ok := strings.Cut(s.Text(), ":"); ok {
+			f[k] = strings.TrimSpace(v)
+		}
+	}
+	return f
+}
+
+func TestJailCredentials(t *testing.T) {
+	j := newTestJail(t)
+	script := "cat /proc/self/status"
+	if _, err := os.Stat("/dev/kvm"); err == nil {
+		j.spec.Devices = append(j.spec.Devices, "/dev/kvm")
+		script += "; echo kvm: $(stat -c '%u %a' /dev/kvm)"
+	}
+	out, err := jailed(t, j.spec, script)
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	f := statusFields(out)
+	uid := strconv.Itoa(testUID)
+	want := map[string]string{
+		"Uid":        strings.Repeat(uid+"\t", 3) + uid,
+		"Gid":        strings.Repeat(uid+"\t", 3) + uid,
+		"Groups":     "",
+		"CapInh":     "0000000000000000",
+		"CapPrm":     "0000000000000000",
+		"CapEff":     "0000000000000000",
+		"CapBnd":     "0000000000000000",
+		"CapAmb":     "0000000000000000",
+		"NoNewPrivs": "1",
+	}
+	if slices.Contains(j.spec.Devices, "/dev/kvm") {
+		want["kvm"] = uid + " 600"
+	}
+	for k, v := range want {
+		if f[k] != v {
+			t.Errorf("%s: %q, want %q", k, f[k], v)
+		}
+	}
+}
+
+func TestJailFiles(t *testing.T) {
+	j := newTestJail(t)
+	script := strings.Join([]string{
+		"echo vm: $(cat " + j.vmDir + "/nvram)",
+		"echo written > " + j.vmDir + "/console.log && echo write-vm: ok",
+		"echo image: $(cat " + j.image + ")",
+		"(echo x > " + j.image + ") 2>/dev/null || echo write-image: refused",
+		"cat " + j.hostFile + " 2>/dev/null || echo host-file: hidden",
+		"cat " + filepath.Join(filepath.Dir(j.vmDir), "key") + " 2>/dev/null || echo pod-key: hidden",
+		"test -e /etc/passwd || echo etc-passwd: hidden",
+		"test -e /var || echo var: hidden",
+		"echo dev: $(ls /dev | tr '\\n' ' ')",
+		"echo proc-owners: $(stat -c %u /proc/[0-9]* | sort -u)",
+		"(echo x > /newfile) 2>/dev/null || echo write-root: refused",
+		// 2 MiB into a 1 MiB cap: EFBIG, not SIGXFSZ.
+		"head -c 2097152 /dev/zero > " + j.vmDir + "/big 2>/dev/null; echo big: $(stat -c %s " + j.vmDir + "/big)",
+	}, "\n")
+	out, err := jailed(t, j.spec, script)
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	for _, line := range []string{
+		"vm: root's file in the VM dir", "write-vm: ok", "image: image content", "write-image: refused",
+		"host-file: hidden", "pod-key: hidden", "etc-passwd: hidden", "var: hidden",
+		"dev: full null random urandom zero", "proc-owners: " + strconv.Itoa(testUID), "write-root: refused", "big: 1048576",
+	} {
+		if !strings.Contains(out, line+"\n") {
+			t.Errorf("no %q in the jail's output:\n%s", line, out)
+		}
+	}
+	// The VM's dir now belongs to the jail's uid; the host sees no mount
+	// of the jail once it is gone.
+	var st = mustStat(t, filepath.Join(j.vmDir, "nvram"))
+	if st.uid != testUID {
+		t.Errorf("nvram owned by %d, want %d", st.uid, testUID)
+	}
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(mounts), j.spec.Root) {
+		t.Errorf("a mount of the jail is left on the host:\n%s", mounts)
+	}
+	if left, _ := os.ReadDir(j.spec.Root); len(left) != 0 {
+		t.Errorf("jail root not empty on the host: %v", left)
+	}
+}
+
+func TestJailRefusesGuestWithoutSpec(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), jail.EmulatorName)
+	if err := os.Symlink(exe, link); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(link, "-name", "guest=x", "-machine", "pc")
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "refusing to run a guest without a jail") {
+		t.Fatalf("a guest ran without a jail: %v: %s", err, out)
+	}
+}
+
+func TestSpecValidate(t *testing.T) {
+	good := jail.Spec{QEMU: "/usr/bin/qemu-system-x86_64", UID: testUID, GID: testUID, Root: "/var/lib/vmpod/pods/x/jail", Writable: []string{"/var/lib/vmpod/pods/x/vm"}}
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, mutate := range map[string]func(*jail.Spec){
+		"root uid":      func(s *jail.Spec) { s.UID = 0 },
+		"root gid":      func(s *jail.Spec) { s.GID = 0 },
+		"relative qemu": func(s *jail.Spec) { s.QEMU = "qemu" },
+		"jail on /":     func(s *jail.Spec) { s.Root = "/" },
+		"no vm dir":     func(s *jail.Spec) { s.Writable = nil },
+		"unclean path":  func(s *jail.Spec) { s.ReadOnly = []string{"/a/../etc/shadow"} },
+		"host root":     func(s *jail.Spec) { s.Writable = []string{"/"} },
+	} {
+		s := good
+		mutate(&s)
+		if s.Validate() == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+type fileStat struct{ uid, gid uint32 }
+
+func mustStat(t *testing.T, p string) fileStat {
+	t.Helper()
+	fi, err := os.Lstat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	return fileStat{uid: st.Uid, gid: st.Gid}
+}

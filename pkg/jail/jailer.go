@@ -1,0 +1,381 @@
+package jail
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Main is the jailer: vm-runtime called as EmulatorName with QEMU's
+// arguments. It execs QEMU or returns an exit status after printing why
+// not on stderr (libvirt's log of the domain, and its error).
+func Main(args []string) int {
+	// Namespaces, credentials and capabilities below are the calling
+	// thread's: the whole setup and the exec run on this one thread.
+	runtime.LockOSThread()
+	path := os.Getenv(EnvSpec)
+	if path == "" {
+		return probe(args)
+	}
+	err := jailAndExec(path, args)
+	fmt.Fprintf(os.Stderr, "%s: %v\n", EmulatorName, err)
+	return 1
+}
+
+// probe runs QEMU as libvirt asked, for its capability probe only.
+func probe(args []string) int {
+	if slices.Contains(args, "-name") || !slices.Contains(args, "-qmp") {
+		fmt.Fprintf(os.Stderr, "%s: refusing to run a guest without a jail (%s is not set)\n", EmulatorName, EnvSpec)
+		return 1
+	}
+	qemu, err := exec.LookPath(probeEmulator())
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", EmulatorName, err)
+		return 1
+	}
+	err = syscall.Exec(qemu, append([]string{qemu}, args...), os.Environ())
+	fmt.Fprintf(os.Stderr, "%s: exec %s: %v\n", EmulatorName, qemu, err)
+	return 1
+}
+
+// probeEmulator is the QEMU binary of this machine's architecture.
+func probeEmulator() string {
+	switch runtime.GOARCH {
+	case "arm64":
+		return "qemu-system-aarch64"
+	default:
+		return "qemu-system-x86_64"
+	}
+}
+
+func jailAndExec(specPath string, args []string) error {
+	s, err := Read(specPath)
+	if err != nil {
+		return err
+	}
+	owned := slices.Clone(s.Writable)
+	readOnly := slices.Clone(s.ReadOnly)
+	if key := secretFile(args, s.SecretDir); key != "" {
+		owned = append(owned, key)
+		readOnly = append(readOnly, key)
+	}
+	for _, p := range owned {
+		if err := chownTree(p, int(s.UID), int(s.GID)); err != nil {
+			return err
+		}
+	}
+	last, err := lastCap() // read while the host's /proc is there
+	if err != nil {
+		return err
+	}
+	if err := buildRoot(s, readOnly); err != nil {
+		return err
+	}
+	if err := limit(s.FileSizeLimit); err != nil {
+		return err
+	}
+	if err := dropPrivileges(s.UID, s.GID, last); err != nil {
+		return err
+	}
+	env := []string{}
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, EnvSpec+"=") {
+			env = append(env, e)
+		}
+	}
+	return fmt.Errorf("exec %s: %w", s.QEMU, syscall.Exec(s.QEMU, append([]string{s.QEMU}, args...), env))
+}
+
+// secretFile finds the file below dir that QEMU's command line hands to a
+// secret object: libvirt's master key, "file":"<dir>/.../master-key.aes".
+func secretFile(args []string, dir string) string {
+	if dir == "" {
+		return ""
+	}
+	for i, a := range args {
+		if a != "-object" || i+1 >= len(args) {
+			continue
+		}
+		var obj struct {
+			Type string `json:"qom-type"`
+			File string `json:"file"`
+		}
+		if json.Unmarshal([]byte(args[i+1]), &obj) != nil || obj.Type != "secret" {
+			continue
+		}
+		f := filepath.Clean(obj.File)
+		if strings.HasPrefix(f, filepath.Clean(dir)+"/") {
+			return f
+		}
+	}
+	return ""
+}
+
+// chownTree gives root and everything below it to uid:gid, following no
+// link.
+func chownTree(root string, uid, gid int) error {
+	return filepath.WalkDir(root, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := os.Lchown(p, uid, gid); err != nil {
+			return fmt.Errorf("give %s to QEMU's uid: %w", p, err)
+		}
+		return nil
+	})
+}
+
+const (
+	flagsRO  = unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV
+	flagsRON = flagsRO | unix.MS_NOEXEC
+)
+
+// buildRoot makes the jail's mount namespace and root and enters it.
+func buildRoot(s Spec, readOnly []string) error {
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("mount namespace: %w", err)
+	}
+	// Nothing done below propagates back to the host.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make / private: %w", err)
+	}
+	root := s.Root
+	if err := unix.Mount("tmpfs", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m,nr_inodes=4096"); err != nil {
+		return fmt.Errorf("jail root on %s: %w", root, err)
+	}
+	in := func(p string) string { return filepath.Join(root, p) }
+
+	// The system: QEMU, its libraries, firmware and data, read-only.
+	if err := bind("/usr", in("/usr"), flagsRO); err != nil {
+		return err
+	}
+	for _, d := range []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"} {
+		fi, err := os.Lstat(d)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+		case err != nil:
+			return err
+		case fi.Mode()&os.ModeSymlink != 0:
+			target, err := os.Readlink(d)
+			if err != nil {
+				return err
+			}
+			if err := os.Symlink(target, in(d)); err != nil {
+				return err
+			}
+		case fi.IsDir():
+			if err := bind(d, in(d), flagsRO); err != nil {
+				return err
+			}
+		}
+	}
+	if _, err := os.Stat("/etc/ld.so.cache"); err == nil {
+		if err := bind("/etc/ld.so.cache", in("/etc/ld.so.cache"), flagsRON); err != nil {
+			return err
+		}
+	}
+	if !strings.HasPrefix(s.QEMU, "/usr/") {
+		readOnly = append(readOnly, s.QEMU)
+	}
+	if err := makeDev(in("/dev"), s); err != nil {
+		return err
+	}
+	if err := makeProc(in("/proc")); err != nil {
+		return err
+	}
+	// The VM's own files.
+	for _, p := range s.Writable {
+		if err := bind(p, in(p), unix.MS_NOSUID|unix.MS_NOEXEC); err != nil {
+			return err
+		}
+	}
+	for _, p := range readOnly {
+		if err := bind(p, in(p), flagsRON); err != nil {
+			return err
+		}
+	}
+
+	if err := os.Chdir(root); err != nil {
+		return err
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root into %s: %w", root, err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach the host's root: %w", err)
+	}
+	if err := os.Chdir("/"); err != nil {
+		return err
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|flagsRO, ""); err != nil {
+		return fmt.Errorf("read-only jail root: %w", err)
+	}
+	return nil
+}
+
+// bind shows src at dst (created in the jail's tmpfs) with flags.
+func bind(src, dst string, flags uintptr) error {
+	fi, err := os.Stat(src)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	if fi.IsDir() {
+		err = os.Mkdir(dst, 0o755)
+	} else {
+		err = os.WriteFile(dst, nil, 0o644)
+	}
+	if err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind %s: %w", src, err)
+	}
+	if err := unix.Mount("", dst, "", unix.MS_REMOUNT|unix.MS_BIND|flags, ""); err != nil {
+		return fmt.Errorf("remount %s: %w", src, err)
+	}
+	return nil
+}
+
+var pseudoDevices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"}
+
+// makeDev fills the jail's /dev: the usual pseudo-devices, world-usable as
+// on the host, and the spec's devices, usable by the jail's uid only.
+func makeDev(dev string, s Spec) error {
+	if err := os.Mkdir(dev, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k,nr_inodes=64"); err != nil {
+		return fmt.Errorf("jail /dev: %w", err)
+	}
+	for _, d := range pseudoDevices {
+		if err := mknodLike(d, filepath.Join(dev, filepath.Base(d)), 0o666, 0, 0); err != nil {
+			return err
+		}
+	}
+	for _, d := range s.Devices {
+		if slices.Contains(pseudoDevices, d) {
+			continue
+		}
+		rel, err := filepath.Rel("/dev", d)
+		if err != nil || strings.HasPrefix(rel, "..") {
+			return fmt.Errorf("device %s is not below /dev", d)
+		}
+		dst := filepath.Join(dev, rel)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		if err := mknodLike(d, dst, 0o600, int(s.UID), int(s.GID)); err != nil {
+			return err
+		}
+	}
+	return unix.Mount("", dev, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, "")
+}
+
+func mknodLike(src, dst string, perm uint32, uid, gid int) error {
+	var st unix.Stat_t
+	if err := unix.Stat(src, &st); err != nil {
+		return fmt.Errorf("device %s: %w", src, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFCHR {
+		return fmt.Errorf("device %s: not a character device", src)
+	}
+	if err := unix.Mknod(dst, unix.S_IFCHR|perm, int(st.Rdev)); err != nil {
+		return fmt.Errorf("device %s: %w", src, err)
+	}
+	if err := os.Chmod(dst, os.FileMode(perm)); err != nil { // past the umask
+		return err
+	}
+	return os.Lchown(dst, uid, gid)
+}
+
+// makeProc mounts a proc that shows the jail's uid its own processes only.
+// Kernels before 5.8 share proc's options between all its mounts, so a
+// hidepid there would hide processes from the host too: they reject
+// "invisible" and the jail goes without /proc.
+func makeProc(dir string) error {
+	if err := os.Mkdir(dir, 0o555); err != nil {
+		return err
+	}
+	err := unix.Mount("proc", dir, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "hidepid=invisible")
+	if errors.Is(err, unix.EINVAL) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("jail /proc: %w", err)
+	}
+	return nil
+}
+
+// limit caps the size of files QEMU writes and turns off core dumps. A
+// write past the cap fails with EFBIG instead of raising SIGXFSZ, whose
+// default would kill QEMU: an ignored signal stays ignored across exec.
+func limit(fileSize uint64) error {
+	if err := unix.Setrlimit(unix.RLIMIT_CORE, &unix.Rlimit{}); err != nil {
+		return fmt.Errorf("RLIMIT_CORE: %w", err)
+	}
+	if fileSize == 0 {
+		return nil
+	}
+	signal.Ignore(syscall.SIGXFSZ)
+	if err := unix.Setrlimit(unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: fileSize, Max: fileSize}); err != nil {
+		return fmt.Errorf("RLIMIT_FSIZE: %w", err)
+	}
+	return nil
+}
+
+// dropPrivileges leaves this thread with uid and gid, no supplementary
+// groups and no capability in any set. Raw syscalls: they act on this
+// thread alone, which is the one that execs.
+func dropPrivileges(uid, gid uint32, last int) error {
+	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); e != 0 {
+		return fmt.Errorf("setgroups: %w", e)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(gid), uintptr(gid), uintptr(gid)); e != 0 {
+		return fmt.Errorf("setresgid %d: %w", gid, e)
+	}
+	for c := 0; c <= last; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
+			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("clear ambient capabilities: %w", err)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)); e != 0 {
+		return fmt.Errorf("setresuid %d: %w", uid, e)
+	}
+	// setresuid away from 0 empties the permitted and effective sets; the
+	// inheritable one is emptied here.
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	return nil
+}
+
+func lastCap() (int, error) {
+	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
+}

@@ -1,0 +1,93 @@
+package jail
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// EmulatorName is the name of the link to vm-runtime that libvirt starts
+// as the domain's emulator; vm-runtime called by that name is the jailer.
+const EmulatorName = "vmpod-qemu"
+
+// EnvSpec names the Spec file in the jailer's environment (the domain's
+// <qemu:env>).
+const EnvSpec = "VMPOD_JAIL"
+
+// Spec is one VM's jail.
+type Spec struct {
+	// QEMU is the emulator the jailer execs.
+	QEMU string `json:"qemu"`
+	// UID and GID QEMU runs as; never 0.
+	UID uint32 `json:"uid"`
+	GID uint32 `json:"gid"`
+	// Root is an empty dir the jail's root is built on (a tmpfs mounted in
+	// the jail's own mount namespace; the host sees the empty dir).
+	Root string `json:"root"`
+	// Writable are dirs QEMU owns: chowned to UID:GID with all they hold
+	// and shown read-write at their own paths.
+	Writable []string `json:"writable"`
+	// ReadOnly are files (or dirs) shown read-only at their own paths: the
+	// image's disk, kernel and initrd.
+	ReadOnly []string `json:"readOnly,omitempty"`
+	// SecretDir is libvirt's dir of per-VM files: a file below it that
+	// QEMU's command line names (libvirt's master key) is chowned to
+	// UID:GID and shown read-only.
+	SecretDir string `json:"secretDir,omitempty"`
+	// Devices are host character devices recreated in the jail's /dev,
+	// owned by UID:GID (e.g. /dev/kvm).
+	Devices []string `json:"devices,omitempty"`
+	// FileSizeLimit is RLIMIT_FSIZE, the largest file QEMU may write (the
+	// guest's disk overlay above all); 0 leaves it unlimited.
+	FileSizeLimit uint64 `json:"fileSizeLimit,omitempty"`
+}
+
+// Validate checks what the jailer relies on.
+func (s Spec) Validate() error {
+	switch {
+	case s.UID == 0 || s.GID == 0:
+		return fmt.Errorf("jail: uid %d, gid %d: QEMU never runs as root", s.UID, s.GID)
+	case !filepath.IsAbs(s.QEMU):
+		return fmt.Errorf("jail: qemu %q: not an absolute path", s.QEMU)
+	case !filepath.IsAbs(s.Root) || filepath.Clean(s.Root) == "/":
+		return fmt.Errorf("jail: root %q: not an absolute path below /", s.Root)
+	case len(s.Writable) == 0:
+		return fmt.Errorf("jail: no writable dir for the VM's files")
+	}
+	for _, p := range append(append([]string{s.SecretDir}, s.Writable...), append(s.ReadOnly, s.Devices...)...) {
+		if p != "" && (!filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/") {
+			return fmt.Errorf("jail: path %q: not a clean absolute path below /", p)
+		}
+	}
+	return nil
+}
+
+// Write stores s at path (root's, 0600), atomically.
+func Write(path string, s Spec) error {
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// Read loads and validates the Spec at path.
+func Read(path string) (Spec, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Spec{}, err
+	}
+	var s Spec
+	if err := json.Unmarshal(b, &s); err != nil {
+		return Spec{}, fmt.Errorf("jail spec %s: %w", path, err)
+	}
+	return s, s.Validate()
+}
