@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/vmpod/vmpod/pkg/jail"
 	"github.com/vmpod/vmpod/pkg/shim"
 )
 
@@ -24,6 +25,9 @@ Usage:
                       [--capabilities caps.xml --domain-capabilities domcaps.xml]
       Keep the node's vmpod labels (docs/labels.md) in step with what its
       QEMU can run; in-cluster config without --kubeconfig.
+
+Called as vmpod-qemu (a link the shim makes), it is the jailer libvirt
+starts in place of QEMU: see pkg/jail.
 `
 
 func main() {
@@ -35,6 +39,10 @@ func main() {
 const shimName = "containerd-shim-vmpod-v2"
 
 func run(argv0 string, args []string) int {
+	if argv0 == jail.EmulatorName {
+		// libvirt starts this as the domain's emulator, with QEMU's arguments.
+		return jail.Main(args)
+	}
 	if argv0 == shimName {
 		if len(args) > 0 && args[0] == "shim" {
 			args = args[1:]

@@ -1,8 +1,11 @@
 package convert
 
 import (
+	"fmt"
 	"slices"
+	"strings"
 
+	"github.com/containerd/errdefs"
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/vmpod/vmpod/pkg/host"
@@ -57,5 +60,31 @@ func accelMachine(d *libvirtxml.Domain, accel host.Accel, machine string, h host
 			TBCache: &libvirtxml.DomainFeatureTCGTBCache{Unit: "MiB", Size: tcgTBCacheMiB},
 		}
 	}
+	return nil
+}
+
+// emulator puts a stand-in for QEMU (the jailer) in the domain, with its
+// environment; libvirt passes that environment only through its QEMU
+// namespace (<qemu:commandline><qemu:env>).
+func emulator(d *libvirtxml.Domain, path string, env []string) error {
+	if path == "" {
+		if len(env) > 0 {
+			return missingPath("Emulator (EmulatorEnv is set)")
+		}
+		return nil
+	}
+	devices(d).Emulator = path
+	if len(env) == 0 {
+		return nil
+	}
+	cl := &libvirtxml.DomainQEMUCommandline{}
+	for _, e := range env {
+		name, value, ok := strings.Cut(e, "=")
+		if !ok || name == "" {
+			return fmt.Errorf("emulator environment %q: want NAME=value: %w", e, errdefs.ErrInternal)
+		}
+		cl.Envs = append(cl.Envs, libvirtxml.DomainQEMUCommandlineEnv{Name: name, Value: value})
+	}
+	d.QEMUCommandline = cl
 	return nil
 }

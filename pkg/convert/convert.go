@@ -39,6 +39,11 @@ type Paths struct {
 	GuestAgent string
 	// NICs maps each vmspec.NIC name to the tap the runtime made for it.
 	NICs map[string]NIC
+	// Emulator, if set, stands in for the node's QEMU as the domain's
+	// emulator (vmpod's jailer, pkg/jail, which execs QEMU confined), with
+	// EmulatorEnv ("NAME=value" each) in its environment.
+	Emulator    string
+	EmulatorEnv []string
 }
 
 // NIC is the host side of one guest interface.
@@ -66,6 +71,7 @@ func steps(s vmspec.Spec, h host.Host, accel host.Accel, p Paths) []step {
 	return []step{
 		{"identity", func(d *libvirtxml.Domain) error { return identity(d, s.Name) }},
 		{"accel and machine", func(d *libvirtxml.Domain) error { return accelMachine(d, accel, s.Machine, h) }},
+		{"emulator", func(d *libvirtxml.Domain) error { return emulator(d, p.Emulator, p.EmulatorEnv) }},
 		{"cpu", func(d *libvirtxml.Domain) error { return cpu(d, s.CPU, s.VCPUs, accel, h) }},
 		{"memory", func(d *libvirtxml.Domain) error { return memory(d, s.MemoryBytes) }},
 		{"firmware", func(d *libvirtxml.Domain) error { return firmware(d, s.Firmware, boot, h.Firmware, p.NVRAM) }},

@@ -45,6 +45,9 @@ func jailed(t *testing.T, s jail.Spec, script string) (string, error) {
 	if err := jail.Write(spec, s); err != nil {
 		t.Fatal(err)
 	}
+	if err := jail.Prepare(s); err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command(link, "-c", script)
 	cmd.Env = []string{jail.EnvSpec + "=" + spec, "PATH=/usr/bin:/bin"}
 	out, err := cmd.CombinedOutput()
@@ -88,6 +91,7 @@ func newTestJail(t *testing.T) testJail {
 		Writable:      []string{j.vmDir},
 		ReadOnly:      []string{j.image},
 		Devices:       []string{"/dev/null"}, // already there, world-usable
+		DeviceDir:     filepath.Join(dir, "pod", "dev"),
 		FileSizeLimit: 1 << 20,
 	}
 	return j

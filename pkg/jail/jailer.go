@@ -253,8 +253,10 @@ func bind(src, dst string, flags uintptr) error {
 
 var pseudoDevices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"}
 
-// makeDev fills the jail's /dev: the usual pseudo-devices, world-usable as
-// on the host, and the spec's devices, usable by the jail's uid only.
+// makeDev fills the jail's /dev with binds: the usual pseudo-devices, the
+// host's own nodes, and the spec's devices, from the nodes Prepare made
+// for the jail's uid. Binds, not mknod: a devices cgroup (libvirt's, or a
+// container's) may forbid making nodes but allows opening these.
 func makeDev(dev string, s Spec) error {
 	if err := os.Mkdir(dev, 0o755); err != nil {
 		return err
@@ -263,7 +265,7 @@ func makeDev(dev string, s Spec) error {
 		return fmt.Errorf("jail /dev: %w", err)
 	}
 	for _, d := range pseudoDevices {
-		if err := mknodLike(d, filepath.Join(dev, filepath.Base(d)), 0o666, 0, 0); err != nil {
+		if err := bind(d, filepath.Join(dev, filepath.Base(d)), unix.MS_NOSUID|unix.MS_NOEXEC); err != nil {
 			return err
 		}
 	}
@@ -271,36 +273,12 @@ func makeDev(dev string, s Spec) error {
 		if slices.Contains(pseudoDevices, d) {
 			continue
 		}
-		rel, err := filepath.Rel("/dev", d)
-		if err != nil || strings.HasPrefix(rel, "..") {
-			return fmt.Errorf("device %s is not below /dev", d)
-		}
-		dst := filepath.Join(dev, rel)
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			return err
-		}
-		if err := mknodLike(d, dst, 0o600, int(s.UID), int(s.GID)); err != nil {
+		rel, _ := filepath.Rel("/dev", d)
+		if err := bind(filepath.Join(s.DeviceDir, rel), filepath.Join(dev, rel), unix.MS_NOSUID|unix.MS_NOEXEC); err != nil {
 			return err
 		}
 	}
 	return unix.Mount("", dev, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, "")
-}
-
-func mknodLike(src, dst string, perm uint32, uid, gid int) error {
-	var st unix.Stat_t
-	if err := unix.Stat(src, &st); err != nil {
-		return fmt.Errorf("device %s: %w", src, err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFCHR {
-		return fmt.Errorf("device %s: not a character device", src)
-	}
-	if err := unix.Mknod(dst, unix.S_IFCHR|perm, int(st.Rdev)); err != nil {
-		return fmt.Errorf("device %s: %w", src, err)
-	}
-	if err := os.Chmod(dst, os.FileMode(perm)); err != nil { // past the umask
-		return err
-	}
-	return os.Lchown(dst, uid, gid)
 }
 
 // makeProc mounts a proc that shows the jail's uid its own processes only.

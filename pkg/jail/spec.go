@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // EmulatorName is the name of the link to vm-runtime that libvirt starts
@@ -35,9 +38,11 @@ type Spec struct {
 	// QEMU's command line names (libvirt's master key) is chowned to
 	// UID:GID and shown read-only.
 	SecretDir string `json:"secretDir,omitempty"`
-	// Devices are host character devices recreated in the jail's /dev,
-	// owned by UID:GID (e.g. /dev/kvm).
-	Devices []string `json:"devices,omitempty"`
+	// Devices are host character devices below /dev shown in the jail's
+	// /dev owned by UID:GID (e.g. /dev/kvm), through nodes Prepare makes in
+	// DeviceDir, a dir only root can enter.
+	Devices   []string `json:"devices,omitempty"`
+	DeviceDir string   `json:"deviceDir,omitempty"`
 	// FileSizeLimit is RLIMIT_FSIZE, the largest file QEMU may write (the
 	// guest's disk overlay above all); 0 leaves it unlimited.
 	FileSizeLimit uint64 `json:"fileSizeLimit,omitempty"`
@@ -55,9 +60,58 @@ func (s Spec) Validate() error {
 	case len(s.Writable) == 0:
 		return fmt.Errorf("jail: no writable dir for the VM's files")
 	}
-	for _, p := range append(append([]string{s.SecretDir}, s.Writable...), append(s.ReadOnly, s.Devices...)...) {
+	for _, p := range append(append([]string{s.SecretDir, s.DeviceDir}, s.Writable...), append(s.ReadOnly, s.Devices...)...) {
 		if p != "" && (!filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/") {
 			return fmt.Errorf("jail: path %q: not a clean absolute path below /", p)
+		}
+	}
+	for _, d := range s.Devices {
+		if !strings.HasPrefix(d, "/dev/") {
+			return fmt.Errorf("jail: device %q is not below /dev", d)
+		}
+	}
+	if len(s.Devices) > 0 && s.DeviceDir == "" {
+		return fmt.Errorf("jail: devices %v but no device dir", s.Devices)
+	}
+	return nil
+}
+
+// Prepare makes s's device nodes in s.DeviceDir (anew, root's, 0700),
+// each with its host device's numbers, owned by s's uid and gid, 0600.
+// The caller runs it before QEMU starts, outside QEMU's devices cgroup.
+func Prepare(s Spec) error {
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	if len(s.Devices) == 0 {
+		return nil
+	}
+	if err := os.RemoveAll(s.DeviceDir); err != nil {
+		return err
+	}
+	if err := os.Mkdir(s.DeviceDir, 0o700); err != nil {
+		return err
+	}
+	for _, d := range s.Devices {
+		var st unix.Stat_t
+		if err := unix.Stat(d, &st); err != nil {
+			return fmt.Errorf("device %s: %w", d, err)
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFCHR {
+			return fmt.Errorf("device %s: not a character device", d)
+		}
+		node := filepath.Join(s.DeviceDir, strings.TrimPrefix(d, "/dev/"))
+		if err := os.MkdirAll(filepath.Dir(node), 0o700); err != nil {
+			return err
+		}
+		if err := unix.Mknod(node, unix.S_IFCHR|0o600, int(st.Rdev)); err != nil {
+			return fmt.Errorf("device node for %s: %w", d, err)
+		}
+		if err := os.Chmod(node, 0o600); err != nil {
+			return err
+		}
+		if err := os.Lchown(node, int(s.UID), int(s.GID)); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -90,4 +144,31 @@ func Read(path string) (Spec, error) {
 		return Spec{}, fmt.Errorf("jail spec %s: %w", path, err)
 	}
 	return s, s.Validate()
+}
+
+// LinkEmulator makes dir/EmulatorName a link to the running executable
+// (vm-runtime, or a test binary that calls Main), replacing a link that
+// points elsewhere, and returns its path: the domain's emulator.
+func LinkEmulator(dir string) (string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	link := filepath.Join(dir, EmulatorName)
+	if target, err := os.Readlink(link); err == nil && target == exe {
+		return link, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	tmp := fmt.Sprintf("%s.%d.tmp", link, os.Getpid())
+	os.Remove(tmp)
+	if err := os.Symlink(exe, tmp); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp, link); err != nil {
+		os.Remove(tmp)
+		return "", err
+	}
+	return link, nil
 }

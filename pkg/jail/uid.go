@@ -77,26 +77,30 @@ func Allocate(dir string, r Range, owner string) (uint32, error) {
 	return 0, fmt.Errorf("all %d uids from %d are leased (in %s)", r.Count, r.First, dir)
 }
 
-// Release ends owner's lease of uid; another owner's lease is kept.
-func Release(dir string, uid uint32, owner string) error {
+// Release ends owner's lease, if it has one.
+func Release(dir, owner string) error {
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
 	unlock, err := lockDir(dir)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	lease := filepath.Join(dir, strconv.FormatUint(uint64(uid), 10))
-	held, err := os.ReadFile(lease)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return err
 	}
-	if string(held) != owner {
-		return nil
-	}
-	if err := os.Remove(lease); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
+	for _, e := range entries {
+		if _, err := strconv.ParseUint(e.Name(), 10, 32); err != nil {
+			continue
+		}
+		lease := filepath.Join(dir, e.Name())
+		if held, err := os.ReadFile(lease); err == nil && string(held) == owner {
+			if err := os.Remove(lease); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+		}
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
+	"github.com/vmpod/vmpod/pkg/jail"
 	"github.com/vmpod/vmpod/pkg/podcgroup"
 	"github.com/vmpod/vmpod/pkg/virt/libvirt"
 	"github.com/vmpod/vmpod/pkg/vmspec"
@@ -68,7 +69,7 @@ func cleanupAfterShim(ctx context.Context, cfg Config, bundle, id string) error 
 	}
 	errs = append(errs, removeCheckpoint(podDir, id))
 	if len(remainingTasks(podDir)) == 0 {
-		errs = append(errs, os.RemoveAll(podDir))
+		errs = append(errs, os.RemoveAll(podDir), jail.Release(cfg.uidLeases(), podDir))
 	}
 	err = errors.Join(errs...)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/fifo"
+	"golang.org/x/sys/unix"
 )
 
 // console joins the guest's serial port (QEMU's unix socket) to the task's
@@ -64,7 +65,7 @@ func (c *console) attach(socket string) error {
 	// QEMU listens before libvirt reports the domain started; a short
 	// bounded retry covers a slow filesystem.
 	for i := 0; i < 50; i++ {
-		if conn, err = net.Dial("unix", socket); err == nil {
+		if conn, err = dialNoFollow(socket); err == nil {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -91,6 +92,27 @@ func (c *console) attach(socket string) error {
 		go func() { _, _ = io.Copy(conn, c.stdin) }()
 	}
 	return nil
+}
+
+// dialNoFollow connects to the unix socket at path, which must be a socket
+// and not a link: path is in the VM's dir, which QEMU owns, and a QEMU
+// that made it a link to a host socket would have the shim talk to it.
+func dialNoFollow(path string) (net.Conn, error) {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return nil, fmt.Errorf("%s is not a socket", path)
+	}
+	// connect(2) through the descriptor's magic link reaches the very
+	// socket checked above.
+	return net.Dial("unix", fmt.Sprintf("/proc/self/fd/%d", fd))
 }
 
 // closeStdin stops forwarding input (CloseIO).

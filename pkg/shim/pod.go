@@ -2,6 +2,7 @@ package shim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"github.com/containerd/log"
 
 	"github.com/vmpod/vmpod/pkg/host"
+	"github.com/vmpod/vmpod/pkg/jail"
 	"github.com/vmpod/vmpod/pkg/node"
 	"github.com/vmpod/vmpod/pkg/podcgroup"
 	"github.com/vmpod/vmpod/pkg/virt/libvirt"
@@ -32,6 +34,10 @@ type pod struct {
 	rt   *vm.Runtime
 	host host.Host
 	err  error
+
+	jailOnce sync.Once
+	jail     vm.Jail // QEMU's uid and jailer, made on first need
+	jailErr  error
 }
 
 func newPod(cfg Config, sandboxID string, cgroup *podcgroup.Path) (*pod, error) {
@@ -67,6 +73,24 @@ func (p *pod) hypervisor(ctx context.Context) (*vm.Runtime, host.Host, error) {
 	return p.rt, p.host, p.err
 }
 
+// qemuJail leases the pod's QEMU uid and links the jailer, once.
+func (p *pod) qemuJail() (vm.Jail, error) {
+	p.jailOnce.Do(func() {
+		jailer, err := jail.LinkEmulator(p.cfg.emulatorDir())
+		if err != nil {
+			p.jailErr = fmt.Errorf("QEMU's jailer: %v: %w", err, errdefs.ErrInternal)
+			return
+		}
+		uid, err := jail.Allocate(p.cfg.uidLeases(), p.cfg.UIDs, p.dir)
+		if err != nil {
+			p.jailErr = fmt.Errorf("a uid for QEMU: %v: %w", err, errdefs.ErrResourceExhausted)
+			return
+		}
+		p.jail = vm.Jail{Jailer: jailer, UID: uid, GID: uid, LibvirtRoot: p.layout().Libvirt(), DiskCap: p.cfg.DiskCap}
+	})
+	return p.jail, p.jailErr
+}
+
 // close closes libvirt; running QEMUs keep running.
 func (p *pod) close() {
 	if p.conn != nil {
@@ -92,5 +116,5 @@ func (p *pod) leaveCgroup() {
 // it only when no VM of the pod runs.
 func (p *pod) remove() error {
 	p.close()
-	return os.RemoveAll(filepath.Clean(p.dir))
+	return errors.Join(os.RemoveAll(filepath.Clean(p.dir)), jail.Release(p.cfg.uidLeases(), p.dir))
 }

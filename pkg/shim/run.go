@@ -12,7 +12,11 @@ import (
 // the long-lived server) with vmpod's manager and task service. args are
 // the shim's flags and action, without the program name.
 func Run(argv0 string, args []string) {
-	cfg := ConfigFromEnv()
+	cfg, err := ConfigFromEnv()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", RuntimeName, err)
+		os.Exit(1)
+	}
 	// containerd 1.7 and CRI-O start shims the way pkg/shim refuses.
 	if done, err := startLegacy(context.Background(), NewManager(cfg), args); done {
 		if err != nil {

@@ -112,6 +112,13 @@ func createVM(ctx context.Context, p *pod, r *taskAPI.CreateTaskRequest, oci *sp
 	if err != nil {
 		return nil, fmt.Errorf("image %s: %w", spec.Image, err)
 	}
+	qemuJail, err := p.qemuJail()
+	if err != nil {
+		return nil, err
+	}
+	if err := p.layout().PrepareVMDir(); err != nil {
+		return nil, fmt.Errorf("VM dir: %v: %w", err, errdefs.ErrInternal)
+	}
 
 	nics, err := v.attachNetwork(oci)
 	if err != nil {
@@ -132,7 +139,7 @@ func createVM(ctx context.Context, p *pod, r *taskAPI.CreateTaskRequest, oci *sp
 	if err := v.ckpt.save(); err != nil {
 		return nil, fmt.Errorf("checkpoint: %v: %w", err, errdefs.ErrInternal)
 	}
-	v.machine, err = rt.Create(ctx, vm.Config{Spec: spec, Host: h, Image: img, Layout: p.layout(), NICs: nics, Volumes: vols})
+	v.machine, err = rt.Create(ctx, vm.Config{Spec: spec, Host: h, Image: img, Layout: p.layout(), NICs: nics, Volumes: vols, Jail: qemuJail})
 	if err != nil {
 		return nil, err
 	}
@@ -231,7 +238,7 @@ func (v *vmTask) makeDevices(oci *specs.Spec) (map[string]string, error) {
 	if oci.Linux == nil || len(v.spec.Volumes) == 0 {
 		return nil, nil
 	}
-	dir := filepath.Join(v.pod.dir, "dev")
+	dir := v.pod.layout().Devices()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}

@@ -15,7 +15,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/vmpod/vmpod/internal/testguest"
 	"github.com/vmpod/vmpod/pkg/host"
+	"github.com/vmpod/vmpod/pkg/jail"
 	"github.com/vmpod/vmpod/pkg/node"
 	"github.com/vmpod/vmpod/pkg/virt/libvirt"
 	"github.com/vmpod/vmpod/pkg/vm"
@@ -61,6 +63,27 @@ func runtimeForTest(t testing.TB) (*vm.Runtime, host.Host, string) {
 		t.Fatal(shared.err)
 	}
 	return shared.rt, shared.host, shared.root
+}
+
+// jailForTest is the jail of a test VM laid out in dir: the test binary
+// as the jailer, a uid leased for dir until the test ends.
+func jailForTest(t testing.TB, root, dir string) vm.Jail {
+	t.Helper()
+	jailer, err := jail.LinkEmulator(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases := filepath.Join(root, "uids")
+	uid, err := jail.Allocate(leases, jail.DefaultRange, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := jail.Release(leases, dir); err != nil {
+			t.Error(err)
+		}
+	})
+	return vm.Jail{Jailer: jailer, UID: uid, GID: uid, LibvirtRoot: filepath.Join(root, "libvirt"), DiskCap: 4 << 30}
 }
 
 func podFromFile(t testing.TB, name string) *corev1.Pod {
@@ -112,9 +135,10 @@ func bootGuest(t testing.TB, podFile string) bootTimes {
 		t.Fatal(err)
 	}
 	layout := vm.Layout{Dir: dir}
+	qemuJail := jailForTest(t, root, dir)
 
 	start := time.Now()
-	m, err := rt.Create(ctx, vm.Config{Spec: spec, Host: h, Image: img, Layout: layout, MemoryLimit: spec.MemoryBytes + 512<<20})
+	m, err := rt.Create(ctx, vm.Config{Spec: spec, Host: h, Image: img, Layout: layout, MemoryLimit: spec.MemoryBytes + 512<<20, Jail: qemuJail})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,6 +159,7 @@ func bootGuest(t testing.TB, podFile string) bootTimes {
 	if pid, err = m.PID(ctx); err != nil || pid <= 0 {
 		t.Fatalf("QEMU pid %d, %v", pid, err)
 	}
+	testguest.AssertJailed(t, pid, qemuJail.UID)
 
 	var times bootTimes
 	console := watchConsole(t, layout.ConsoleLog())

@@ -74,7 +74,37 @@ func FindImage(rootfs string) (Image, error) {
 		return Image{}, fmt.Errorf("not a containerdisk: no /boot/vmlinux, /boot/vmlinuz or /disk/*.qcow2|.raw|.img: %w",
 			errdefs.ErrInvalidArgument)
 	}
+	for _, p := range []string{img.Kernel, img.Initrd, img.Disk} {
+		if p == "" {
+			continue
+		}
+		rel, _ := filepath.Rel(rootfs, p)
+		if err := worldReadable(root, rel); err != nil {
+			return Image{}, err
+		}
+	}
 	return img, nil
+}
+
+// worldReadable refuses a file QEMU could not read: QEMU runs as a uid of
+// its own (pkg/jail) that owns no image file, so it reads them as "other".
+// Changing the mode here would copy the whole file up into the container's
+// writable layer.
+func worldReadable(root *os.File, rel string) error {
+	f, err := openBeneath(root, rel, unix.O_PATH)
+	if err != nil {
+		return refused(rel, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return refused(rel, err)
+	}
+	if fi.Mode().Perm()&0o004 == 0 {
+		return fmt.Errorf("image file /%s: mode %04o is not readable by all; QEMU runs as an unprivileged user of its own and reads image files as others do (in the image: chmod 0444): %w",
+			rel, fi.Mode().Perm(), errdefs.ErrInvalidArgument)
+	}
+	return nil
 }
 
 // openBeneath opens rel below root without following any symlink and

@@ -1,6 +1,7 @@
 package vm
 
 import (
+	"os"
 	"path/filepath"
 
 	"github.com/vmpod/vmpod/pkg/convert"
@@ -9,28 +10,61 @@ import (
 
 // Layout is where one VM's files live in its state dir. Everything the VM
 // writes is under Dir, so removing Dir removes the VM's files.
+//
+// QEMU, jailed (pkg/jail), owns VMDir and sees nothing else of Dir: not
+// libvirt's root (its configuration and definitions) nor the jail's spec.
+// Root writes into VMDir only while it is fresh (PrepareVMDir), before
+// QEMU ran, and reaches sockets there without following links.
 type Layout struct{ Dir string }
 
+// VMDir holds every file QEMU opens for writing.
+func (l Layout) VMDir() string { return filepath.Join(l.Dir, "vm") }
+
 // Overlay is the qcow2 overlay whose backing file is the image's disk.
-func (l Layout) Overlay() string { return filepath.Join(l.Dir, "disk.qcow2") }
+func (l Layout) Overlay() string { return filepath.Join(l.VMDir(), "disk.qcow2") }
 
 // Console is the unix socket QEMU serves the serial console on.
-func (l Layout) Console() string { return filepath.Join(l.Dir, "console.sock") }
+func (l Layout) Console() string { return filepath.Join(l.VMDir(), "console.sock") }
 
 // ConsoleLog records everything the guest writes to its serial console.
-func (l Layout) ConsoleLog() string { return filepath.Join(l.Dir, "console.log") }
+func (l Layout) ConsoleLog() string { return filepath.Join(l.VMDir(), "console.log") }
 
 // GuestAgent is the QEMU guest agent channel's socket.
-func (l Layout) GuestAgent() string { return filepath.Join(l.Dir, "qga.sock") }
+func (l Layout) GuestAgent() string { return filepath.Join(l.VMDir(), "qga.sock") }
 
 // NVRAM is the VM's UEFI variable store.
-func (l Layout) NVRAM() string { return filepath.Join(l.Dir, "nvram.fd") }
+func (l Layout) NVRAM() string { return filepath.Join(l.VMDir(), "nvram.fd") }
 
 // CloudInitISO is the NoCloud seed image.
-func (l Layout) CloudInitISO() string { return filepath.Join(l.Dir, "cidata.iso") }
+func (l Layout) CloudInitISO() string { return filepath.Join(l.VMDir(), "cidata.iso") }
+
+// Devices holds the nodes of the block volumes handed to the VM.
+func (l Layout) Devices() string { return filepath.Join(l.VMDir(), "dev") }
 
 // Libvirt is the embedded libvirt driver's root for this pod.
 func (l Layout) Libvirt() string { return filepath.Join(l.Dir, "libvirt") }
+
+// JailRoot is the empty dir QEMU's jail builds its root on.
+func (l Layout) JailRoot() string { return filepath.Join(l.Dir, "jail") }
+
+// JailDevices holds the device nodes made for QEMU's uid (jail.Prepare).
+func (l Layout) JailDevices() string { return filepath.Join(l.Dir, "jail-dev") }
+
+// JailSpec is the jail's spec file (pkg/jail).
+func (l Layout) JailSpec() string { return filepath.Join(l.Dir, "jail.json") }
+
+// PrepareVMDir makes VMDir anew and empty, root's until QEMU starts:
+// nothing an earlier QEMU of the pod left there (a link to a host file
+// above all) is ever written through.
+func (l Layout) PrepareVMDir() error {
+	if err := os.RemoveAll(l.VMDir()); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(l.Dir, 0o700); err != nil {
+		return err
+	}
+	return os.Mkdir(l.VMDir(), 0o700)
+}
 
 // Paths are the convert.Paths of a VM laid out in l, booting img. Volumes
 // and NICs are the runtime's to fill once it has made them.

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 
 	"github.com/containerd/errdefs"
 
 	"github.com/vmpod/vmpod/pkg/convert"
 	"github.com/vmpod/vmpod/pkg/host"
+	"github.com/vmpod/vmpod/pkg/jail"
 	"github.com/vmpod/vmpod/pkg/virt"
 	"github.com/vmpod/vmpod/pkg/vmspec"
 )
@@ -29,6 +31,24 @@ type Config struct {
 	// through libvirt, applied live after a paused start; 0 sets none. A
 	// runtime that manages QEMU's cgroup itself uses Start's prepare hook.
 	MemoryLimit uint64
+	// Jail confines QEMU; required.
+	Jail Jail
+}
+
+// Jail is how QEMU is confined (pkg/jail).
+type Jail struct {
+	// Jailer is the link to vm-runtime named jail.EmulatorName
+	// (jail.LinkEmulator makes it), the domain's emulator.
+	Jailer string
+	// UID and GID QEMU runs as: the pod's own (jail.Allocate).
+	UID, GID uint32
+	// LibvirtRoot is the embedded libvirt's root: QEMU is shown the secret
+	// file libvirt writes there for it and nothing else of it.
+	LibvirtRoot string
+	// DiskCap is the largest file QEMU may write: the guest's disk overlay
+	// grows to at most this many bytes, and a guest write past it is an
+	// I/O error in the guest. 0: no cap.
+	DiskCap uint64
 }
 
 // Machine is one defined VM.
@@ -50,7 +70,13 @@ type Machine struct {
 func (rt *Runtime) Create(ctx context.Context, cfg Config) (_ *Machine, retErr error) {
 	hv := rt.hv
 	l := cfg.Layout
-	if err := os.MkdirAll(l.Dir, 0o700); err != nil {
+	if cfg.Jail.Jailer == "" || cfg.Jail.UID == 0 || cfg.Jail.GID == 0 {
+		return nil, fmt.Errorf("QEMU has no jail (jailer %q, uid %d, gid %d): %w", cfg.Jail.Jailer, cfg.Jail.UID, cfg.Jail.GID, errdefs.ErrInternal)
+	}
+	if err := os.MkdirAll(l.VMDir(), 0o700); err != nil {
+		return nil, fmt.Errorf("state dir: %v: %w", err, errdefs.ErrInternal)
+	}
+	if err := os.MkdirAll(l.JailRoot(), 0o700); err != nil {
 		return nil, fmt.Errorf("state dir: %v: %w", err, errdefs.ErrInternal)
 	}
 	if cfg.Image.Disk != "" {
@@ -69,9 +95,23 @@ func (rt *Runtime) Create(ctx context.Context, cfg Config) (_ *Machine, retErr e
 	}
 	p := l.Paths(cfg.Spec, cfg.Image)
 	p.NICs, p.Volumes = cfg.NICs, cfg.Volumes
+	p.Emulator, p.EmulatorEnv = cfg.Jail.Jailer, []string{jail.EnvSpec + "=" + l.JailSpec()}
 	d, err := convert.Domain(cfg.Spec, cfg.Host, p)
 	if err != nil {
 		return nil, err
+	}
+	js := jailSpec(cfg, d.Type)
+	defer func() {
+		if retErr != nil {
+			os.Remove(l.JailSpec())
+			os.RemoveAll(l.JailDevices())
+		}
+	}()
+	if err := jail.Prepare(js); err != nil {
+		return nil, fmt.Errorf("QEMU's jail: %v: %w", err, errdefs.ErrInternal)
+	}
+	if err := jail.Write(l.JailSpec(), js); err != nil {
+		return nil, fmt.Errorf("%v: %w", err, errdefs.ErrInternal)
 	}
 	xml, err := d.Marshal()
 	if err != nil {
@@ -83,6 +123,27 @@ func (rt *Runtime) Create(ctx context.Context, cfg Config) (_ *Machine, retErr e
 	m := &Machine{rt: rt, hv: hv, name: cfg.Spec.Name, layout: l, limit: cfg.MemoryLimit, exited: make(chan struct{})}
 	rt.add(m)
 	return m, nil
+}
+
+// jailSpec is the jail of cfg's QEMU, for a domain of type domainType.
+func jailSpec(cfg Config, domainType string) jail.Spec {
+	l := cfg.Layout
+	s := jail.Spec{
+		QEMU: cfg.Host.Emulator, UID: cfg.Jail.UID, GID: cfg.Jail.GID,
+		Root:          l.JailRoot(),
+		Writable:      []string{l.VMDir()},
+		SecretDir:     filepath.Join(cfg.Jail.LibvirtRoot, "lib", "qemu"),
+		FileSizeLimit: cfg.Jail.DiskCap,
+	}
+	for _, f := range []string{cfg.Image.Disk, cfg.Image.Kernel, cfg.Image.Initrd} {
+		if f != "" {
+			s.ReadOnly = append(s.ReadOnly, filepath.Clean(f))
+		}
+	}
+	if domainType == string(host.AccelKVM) {
+		s.Devices, s.DeviceDir = []string{"/dev/kvm"}, l.JailDevices()
+	}
+	return s
 }
 
 // Name is the domain name.
@@ -183,7 +244,8 @@ func (m *Machine) Delete(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	l := m.layout
-	for _, f := range []string{l.Overlay(), l.Console(), l.ConsoleLog(), l.GuestAgent(), l.NVRAM(), l.CloudInitISO()} {
+	errs = append(errs, os.RemoveAll(l.VMDir()), os.RemoveAll(l.JailDevices()))
+	for _, f := range []string{l.JailSpec(), l.JailRoot()} {
 		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}

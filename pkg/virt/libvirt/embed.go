@@ -35,24 +35,33 @@ const qemuConf = `# Written by vmpod (pkg/virt/libvirt) on every open; edits are
 # itself instead of connecting to a virtlogd that is not there.
 stdio_handler = "file"
 
-# QEMU runs as root, like the shim. The files handed to it (read-only
-# image layers, overlays in the pod dir, block PVC devices) are root's and
-# must not be chowned to a QEMU user. (libvirt still insists that its
-# built-in QEMU user, libvirt-qemu on Debian, exists: see connectError.)
+# libvirt starts the domain's emulator as root with its capabilities: that
+# emulator is vmpod's jailer (pkg/jail), which gives QEMU a uid of its own,
+# a mount namespace with its VM's files only and no capabilities, and
+# chowns those files itself. A domain whose emulator is plain QEMU would
+# run as root: vmpod never defines one.
 user = "root"
 group = "root"
+clear_emulator_capabilities = 0
 
-# With QEMU running as root there is nothing to relabel. Left on, libvirt
-# chowns every file the domain names to root and records the old owner in
-# trusted.libvirt.security.* xattrs: on image layers and volumes that other
-# pods share (seen: a 1000:1000 serial log file became 0:0 with xattrs).
-# Off, it touches neither, which also makes remember_owner moot.
+# The jailer makes QEMU's mount namespace; libvirt's own (a private /dev
+# made before the emulator starts) would only get in its way.
+namespaces = [ ]
+
+# libvirt relabels nothing: the jailer owns the VM's files, and image
+# layers and volumes that other pods share must not be chowned (left on,
+# libvirt chowns every file the domain names and records the old owner in
+# trusted.libvirt.security.* xattrs).
 dynamic_ownership = 0
 
 # Same on every node whether or not AppArmor/SELinux is enabled there: the
-# pod sandbox is the confinement, and libvirt's AppArmor driver would need
+# jail is the confinement, and libvirt's AppArmor driver would need
 # virt-aa-helper and profiles that vmpod does not install.
 security_driver = "none"
+
+# QEMU installs its seccomp filter (-sandbox on, with obsolete system
+# calls, privilege changes, spawning and resource control denied).
+seccomp_sandbox = 1
 `
 
 // noCgroupsConf is appended for EmbedOptions.NoCgroups.
