@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -185,6 +186,9 @@ func TestShimRunsVMPod(t *testing.T) {
 		t.Errorf("QEMU cgroups %q (%v), want %s/%s", cg, err, e.p.cgroupParent, e.p.vmID)
 	}
 
+	// QEMU runs jailed, as the uid leased to its pod.
+	testguest.AssertJailed(t, int(qemuPID), e.leasedUID(t))
+
 	// The guest answers on the pod IP, seen from the node.
 	body := httpGet(t, e.nodeNS, e.podIP+":8080")
 	if !strings.Contains(body, "vmpod-guest") {
@@ -287,6 +291,24 @@ func (e *podEnv) assertClean(t testing.TB) {
 	if dirs := cgroupDirs(e.p.cgroupParent); len(dirs) > 0 {
 		t.Errorf("cgroups left: %v", dirs)
 	}
+	if leases, _ := filepath.Glob(filepath.Join(e.env.state, "uids", "[0-9]*")); len(leases) > 0 {
+		t.Errorf("QEMU uid leases left: %v", leases)
+	}
+}
+
+// leasedUID is the uid the pod's QEMU was given (the one lease in the
+// state root).
+func (e *podEnv) leasedUID(t testing.TB) uint32 {
+	t.Helper()
+	leases, _ := filepath.Glob(filepath.Join(e.env.state, "uids", "[0-9]*"))
+	if len(leases) != 1 {
+		t.Fatalf("QEMU uid leases: %v, want one", leases)
+	}
+	uid, err := strconv.ParseUint(filepath.Base(leases[0]), 10, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return uint32(uid)
 }
 
 // httpGet fetches from addr inside the node netns, retrying a bounded

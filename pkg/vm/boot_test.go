@@ -336,3 +336,16 @@ func median(d []time.Duration) time.Duration {
 	slices.Sort(s)
 	return s[len(s)/2]
 }
+
+// find returns the first console line containing marker, "" if none yet.
+func (c *console) find(marker string) string {
+	c.poll()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, l := range c.lines {
+		if strings.Contains(l.text, marker) {
+			return l.text
+		}
+	}
+	return ""
+}
