@@ -243,9 +243,10 @@ sed -e "s|@STATE@|$STATE|g" -e "s|@RUN@|$RUN|g" -e "s|@PAUSE_IMAGE@|$PAUSE_IMAGE
 	-e "s|@RUNC@|$(command -v runc)|g" hack/local/containerd.toml >"$STATE/containerd.toml"
 sed -e "s|@STATE@|$STATE|g" -e "s|@POD_CIDR@|$POD_CIDR|g" hack/local/cni.conflist >"$STATE/cni/net.d/10-vmpod-local.conflist"
 mkdir -p "$CAPS_CACHE"
-# The shims inherit containerd's environment: their state dir (short: QEMU's
-# socket paths must stay under 108 bytes) and the warm QEMU capabilities.
-start containerd env VMPOD_STATE_ROOT="$RUN/vm" VMPOD_CAPS_CACHE="$CAPS_CACHE" TMPDIR="$RUN/tmp" \
+# The shims inherit containerd's environment: their state dir (on disk, as
+# VM disk overlays live there; short: QEMU's socket paths must stay under
+# 108 bytes) and the warm QEMU capabilities.
+start containerd env VMPOD_STATE_ROOT="$STATE/vm" VMPOD_CAPS_CACHE="$CAPS_CACHE" TMPDIR="$RUN/tmp" \
 	"$BIN/containerd" --config "$STATE/containerd.toml"
 ctr() { in_node "$BIN/ctr" --address "$RUN/containerd.sock" -n k8s.io "$@"; }
 wait_for containerd 60 ctr version || die "containerd did not start within 60s"
@@ -275,7 +276,7 @@ cat >"$OUT/env" <<EOF
 export KUBECONFIG=$OUT/kubeconfig
 export VMPOD_E2E_CGROUP_ROOT=/$NAME
 export VMPOD_E2E_NODE_EXEC="nsenter --target $(holder_pid) --mount --net --"
-export VMPOD_E2E_STATE_ROOT=$RUN/vm
+export VMPOD_E2E_STATE_ROOT=$STATE/vm
 export VMPOD_E2E_IMAGE=$IMAGE
 EOF
 trap - ERR

@@ -28,7 +28,7 @@ type Options struct {
 }
 
 // DefaultOptions match the runtime's defaults and the test guest's image.
-var DefaultOptions = Options{RuntimeClass: "vmpod", StateRoot: "/run/vmpod", ImageKernel: true, ImageDisk: true}
+var DefaultOptions = Options{RuntimeClass: "vmpod", StateRoot: "/var/lib/vmpod", ImageKernel: true, ImageDisk: true}
 
 // DecodePod reads one Pod manifest (YAML or JSON). Unknown fields are an
 // error, so a typo in the manifest is reported rather than ignored.

@@ -32,7 +32,7 @@ var (
 	image    = defaultImage
 	nodeExec []string // command prefix that runs on the node; nil: none
 	// stateRoot is the shims' VMPOD_STATE_ROOT on the node.
-	stateRoot = "/run/vmpod"
+	stateRoot = "/var/lib/vmpod"
 	// cgroupRoot is the kubelet's cgroupRoot, "" for any.
 	cgroupRoot = ""
 )

@@ -198,8 +198,8 @@ KillMode=process
 	if sub := subdirs(filepath.Join("/sys/fs/cgroup", sliceDir)); len(sub) > 0 {
 		t.Errorf("cgroups left under the pod slice: %v", sub)
 	}
-	if left, _ := os.ReadDir("/run/vmpod/pods"); len(left) > 0 {
-		t.Errorf("pod state left in /run/vmpod/pods: %v", left)
+	if left, _ := os.ReadDir("/var/lib/vmpod/pods"); len(left) > 0 {
+		t.Errorf("pod state left in /var/lib/vmpod/pods: %v", left)
 	}
 	stopSlice(t, slice)
 	fact("systemd: after rm: no QEMU, shim, scope, cgroup or pod state left")
