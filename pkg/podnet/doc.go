@@ -49,7 +49,10 @@
 // from any thread.
 //
 // The DHCP server logs through slog.Default() (answers at debug level,
-// trouble at warn).
+// trouble at warn), each kind of per-packet record at most once every 30
+// seconds, with the number held back. It reads and answers on one
+// goroutine, so a flood from the guest costs a bounded amount of work per
+// packet and no goroutines.
 //
 // Kernel features: the tun driver, the ingress qdisc (sch_ingress), the u32
 // classifier (cls_u32) and the mirred action (act_mirred). matchall, flower,
