@@ -65,89 +65,33 @@ func TestAntiSpoofing(t *testing.T) {
 			}
 		}
 	)
-	frames := []struct {
-		name   string
-		frame  frameFunc
-		allow  bool
-		podUDP bool // aimed at podStack
-	}{
-		{"IPv4", ipv4(podMAC, nodeMAC, podIP, gone, 40000, 9), true, false},
-		{"IPv4, forged source MAC", ipv4(forgedMAC, nodeMAC, podIP, gone, 40000, 9), false, false},
-		{"IPv4, forged source IP", ipv4(podMAC, nodeMAC, forgedIP, gone, 40000, 9), false, false},
-		{"IPv4, forged source IP, to the pod IP via the tap's MAC", ipv4(podMAC, tapMAC, forgedIP, podIP, 40000, podPort), false, true},
-		{"IPv4, forged source IP, broadcast", ipv4(podMAC, bcastMAC, forgedIP, bcast4, 40000, podPort), false, true},
-		{"IPv4 in a VLAN tag", vlanTagged(5, ipv4(podMAC, nodeMAC, podIP, gone, 40000, 9)), false, false},
+	frames := []probe{
+		{"IPv4", ipv4(podMAC, nodeMAC, podIP, gone, 40000, 9), true},
+		{"IPv4, forged source MAC", ipv4(forgedMAC, nodeMAC, podIP, gone, 40000, 9), false},
+		{"IPv4, forged source IP", ipv4(podMAC, nodeMAC, forgedIP, gone, 40000, 9), false},
+		{"IPv4, forged source IP, to the pod IP via the tap's MAC", ipv4(podMAC, tapMAC, forgedIP, podIP, 40000, podPort), false},
+		{"IPv4, forged source IP, broadcast", ipv4(podMAC, bcastMAC, forgedIP, bcast4, 40000, podPort), false},
+		{"IPv4 in a VLAN tag", vlanTagged(5, ipv4(podMAC, nodeMAC, podIP, gone, 40000, 9)), false},
 		// Shaped like DHCP: goes up to the DHCP server, not to the node.
-		{"UDP 68 to 67 from 0.0.0.0", ipv4(podMAC, nodeMAC, zero4, nodeIP, 68, 67), false, false},
-		{"ARP", arpFrame(podMAC, podMAC, podIP, netip.MustParseAddr("10.244.0.201")), true, false},
-		{"ARP probe", arpFrame(podMAC, podMAC, zero4, netip.MustParseAddr("10.244.0.202")), true, false},
-		{"ARP, forged sender MAC", arpFrame(podMAC, forgedMAC, podIP, netip.MustParseAddr("10.244.0.203")), false, false},
-		{"ARP, forged sender IP", arpFrame(podMAC, podMAC, forgedIP, netip.MustParseAddr("10.244.0.204")), false, false},
-		{"ARP, forged Ethernet source", arpFrame(forgedMAC, podMAC, podIP, netip.MustParseAddr("10.244.0.205")), false, false},
-		{"IPv6", udp6Frame(podMAC, nodeMAC, pod6, gone6), true, false},
-		{"IPv6 link-local", udp6Frame(podMAC, allMAC, podLL, allNodes), true, false},
-		{"IPv6 duplicate address detection", dadFrame(podMAC, gone6), true, false},
-		{"IPv6, forged source IP", udp6Frame(podMAC, nodeMAC, netip.MustParseAddr("fd00:10:244::66"), gone6), false, false},
-		{"IPv6, forged link-local source", udp6Frame(podMAC, allMAC, netip.MustParseAddr("fe80::66"), allNodes), false, false},
-		{"IPv6, forged source MAC", udp6Frame(forgedMAC, nodeMAC, pod6, gone6), false, false},
-		{"IPv6 UDP from ::", udp6Frame(podMAC, nodeMAC, netip.IPv6Unspecified(), gone6), false, false},
-		{"another ethertype", rawFrame(podMAC, nodeMAC, 0x88b5), false, false},
+		{"UDP 68 to 67 from 0.0.0.0", ipv4(podMAC, nodeMAC, zero4, nodeIP, 68, 67), false},
+		{"ARP", arpFrame(podMAC, podMAC, podIP, netip.MustParseAddr("10.244.0.201")), true},
+		{"ARP probe", arpFrame(podMAC, podMAC, zero4, netip.MustParseAddr("10.244.0.202")), true},
+		{"ARP, forged sender MAC", arpFrame(podMAC, forgedMAC, podIP, netip.MustParseAddr("10.244.0.203")), false},
+		{"ARP, forged sender IP", arpFrame(podMAC, podMAC, forgedIP, netip.MustParseAddr("10.244.0.204")), false},
+		{"ARP, forged Ethernet source", arpFrame(forgedMAC, podMAC, podIP, netip.MustParseAddr("10.244.0.205")), false},
+		{"IPv6", udp6Frame(podMAC, nodeMAC, pod6, gone6), true},
+		{"IPv6 link-local", udp6Frame(podMAC, allMAC, podLL, allNodes), true},
+		{"IPv6 duplicate address detection", dadFrame(podMAC, gone6), true},
+		{"IPv6, forged source IP", udp6Frame(podMAC, nodeMAC, netip.MustParseAddr("fd00:10:244::66"), gone6), false},
+		{"IPv6, forged link-local source", udp6Frame(podMAC, allMAC, netip.MustParseAddr("fe80::66"), allNodes), false},
+		{"IPv6, forged source MAC", udp6Frame(forgedMAC, nodeMAC, pod6, gone6), false},
+		{"IPv6 UDP from ::", udp6Frame(podMAC, nodeMAC, netip.IPv6Unspecified(), gone6), false},
+		{"another ethertype", rawFrame(podMAC, nodeMAC, 0x88b5), false},
 	}
-	marker := func(name string) []byte { return []byte("vmpod-test[" + name + "]") }
-
-	// A frame can be lost on a loaded machine, so the batch goes out up to
-	// three times until every allowed frame has arrived; a forged frame
-	// must arrive in none.
-	seen := map[string]bool{}
-	const rounds = 3
-	sent := 0
-	for round := 1; round <= rounds; round++ {
-		for _, f := range frames {
-			guest.send(t, f.frame(marker(f.name)))
-		}
-		sent++
-		capture.collect(t, time.Second, func(frame []byte) bool {
-			for _, f := range frames {
-				if bytes.Contains(frame, marker(f.name)) {
-					seen[f.name] = true
-				}
-			}
-			for _, f := range frames {
-				if f.allow && !seen[f.name] {
-					return false
-				}
-			}
-			return true
-		})
-		missing := 0
-		for _, f := range frames {
-			if f.allow && !seen[f.name] {
-				missing++
-			}
-		}
-		if missing == 0 {
-			break
-		}
-		t.Logf("round %d: %d allowed frames did not reach the node yet", round, missing)
-	}
-	// Stragglers: anything forged still on its way.
-	capture.collect(t, 200*time.Millisecond, func(frame []byte) bool {
-		for _, f := range frames {
-			if bytes.Contains(frame, marker(f.name)) {
-				seen[f.name] = true
-			}
-		}
-		return false
-	})
+	seen := sendAndWatch(t, guest, capture, frames)
 
 	forged := 0
 	for _, f := range frames {
-		switch {
-		case f.allow && !seen[f.name]:
-			t.Errorf("%s: never reached the node", f.name)
-		case !f.allow && seen[f.name]:
-			t.Errorf("%s: reached the node", f.name)
-		}
 		if !f.allow && !strings.HasPrefix(f.name, "UDP 68") {
 			forged++
 		}
@@ -159,12 +103,100 @@ func TestAntiSpoofing(t *testing.T) {
 	}
 
 	// The forged frames ended at the tap's drop filter, not somewhere later.
-	if dropped := dropCount(t, tp.pod); dropped < forged*sent {
-		t.Errorf("the drop filter counted %d frames, want at least %d (%d forged frames, sent %d times)", dropped, forged*sent, forged, sent)
+	if dropped := dropCount(t, tp.pod); dropped < forged*seen.rounds {
+		t.Errorf("the drop filter counted %d frames, want at least %d (%d forged frames, sent %d times)", dropped, forged*seen.rounds, forged, seen.rounds)
 	}
 	if t.Failed() {
 		t.Log(run(t, "tc", "-n", tp.pod, "-s", "filter", "show", "dev", tapName, "ingress"))
 	}
+}
+
+// TestAntiSpoofingNoIPv6: a pod whose interface has no IPv6 address gets no
+// IPv6 from the guest, not even link-local or DAD.
+func TestAntiSpoofingNoIPv6(t *testing.T) {
+	tp := newTopology(t)
+	run(t, "ip", "netns", "exec", tp.pod, "sysctl", "-q", "-w", "net.ipv6.conf."+podIf+".disable_ipv6=1")
+	attach(t, tp, nil)
+	for pref, f := range tcFilters(t, tp.pod, tapName) {
+		if f.Protocol == "ipv6" {
+			t.Errorf("tap filter pref %d allows IPv6 though the pod has none: %+v", pref, f)
+		}
+	}
+	guest := openTap(t, tp.pod, tapName, podMAC)
+	capture := openCapture(t, tp.node, nodeIf)
+	allMAC := net.HardwareAddr{0x33, 0x33, 0, 0, 0, 1}
+	sendAndWatch(t, guest, capture, []probe{
+		{"IPv4", func(marker []byte) []byte {
+			return udpFrame(udpPacket{srcMAC: podMAC, dstMAC: nodeMAC,
+				src: netip.AddrPortFrom(podIP, 40000), dst: netip.AddrPortFrom(netip.MustParseAddr("10.244.0.99"), 9), payload: marker})
+		}, true},
+		{"IPv6 link-local", udp6Frame(podMAC, allMAC, netip.MustParseAddr("fe80::42:aff:fef4:5"), netip.MustParseAddr("ff02::1")), false},
+		{"IPv6 duplicate address detection", dadFrame(podMAC, netip.MustParseAddr("fe80::42:aff:fef4:5")), false},
+	})
+}
+
+// probe is a frame the guest sends, and whether it may reach the node.
+type probe struct {
+	name  string
+	frame frameFunc
+	allow bool
+}
+
+type watched struct {
+	seen   map[string]bool
+	rounds int // how often the batch went out
+}
+
+// sendAndWatch has the guest send every probe, each with a marker of its
+// own, and reports a test error for each allowed probe that never reaches
+// capture and each forbidden one that does. A frame can be lost on a loaded
+// machine, so the batch goes out up to three times until every allowed
+// probe has arrived.
+func sendAndWatch(t testing.TB, guest *tapGuest, capture *capture, probes []probe) watched {
+	t.Helper()
+	marker := func(name string) []byte { return []byte("vmpod-test[" + name + "]") }
+	w := watched{seen: map[string]bool{}}
+	note := func(frame []byte) {
+		for _, p := range probes {
+			if bytes.Contains(frame, marker(p.name)) {
+				w.seen[p.name] = true
+			}
+		}
+	}
+	missing := func() int {
+		n := 0
+		for _, p := range probes {
+			if p.allow && !w.seen[p.name] {
+				n++
+			}
+		}
+		return n
+	}
+	for w.rounds < 3 {
+		for _, p := range probes {
+			guest.send(t, p.frame(marker(p.name)))
+		}
+		w.rounds++
+		capture.collect(t, time.Second, func(frame []byte) bool {
+			note(frame)
+			return missing() == 0
+		})
+		if missing() == 0 {
+			break
+		}
+		t.Logf("round %d: %d allowed frames did not reach the node yet", w.rounds, missing())
+	}
+	// Stragglers: anything forbidden still on its way.
+	capture.collect(t, 200*time.Millisecond, func(frame []byte) bool { note(frame); return false })
+	for _, p := range probes {
+		switch {
+		case p.allow && !w.seen[p.name]:
+			t.Errorf("%s: never reached the node", p.name)
+		case !p.allow && w.seen[p.name]:
+			t.Errorf("%s: reached the node", p.name)
+		}
+	}
+	return w
 }
 
 // frameFunc builds a frame that carries marker somewhere in it.

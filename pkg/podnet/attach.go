@@ -207,7 +207,7 @@ func validate(p Pod, tap string) error {
 		return fmt.Errorf("pod %q: %d IPv6 addresses, more than the %d vmpod lets a guest use", p.Interface, len(p.IPv6), maxIPv6)
 	}
 	for _, a := range p.IPv6 {
-		if !a.Is6() || a.Is4In6() || a.IsUnspecified() {
+		if !a.Is6() || a.Is4In6() || a.IsUnspecified() || a.IsMulticast() {
 			return fmt.Errorf("pod %q: %v is not an IPv6 address a guest may send from", p.Interface, a)
 		}
 	}

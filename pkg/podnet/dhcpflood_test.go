@@ -2,6 +2,7 @@ package podnet_test
 
 import (
 	"context"
+	"log"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -21,9 +22,15 @@ import (
 // still answers afterwards.
 func TestDHCPFlood(t *testing.T) {
 	gate := newGateLog()
-	prev := slog.Default()
+	// slog.SetDefault redirects the log package too, and setting the old
+	// default back does not undo that.
+	prev, logOut, logFlags := slog.Default(), log.Writer(), log.Flags()
 	slog.SetDefault(slog.New(gate))
-	t.Cleanup(func() { slog.SetDefault(prev) })
+	t.Cleanup(func() {
+		slog.SetDefault(prev)
+		log.SetOutput(logOut)
+		log.SetFlags(logFlags)
+	})
 
 	tp := newTopology(t)
 	a := attach(t, tp, nil) // its DHCP server logs through gate

@@ -27,7 +27,10 @@
 // whose interface has no IPv6 address (IPv6 off in its netns) gets no IPv6
 // from the guest at all; an IPv4-only pod whose interface has just the
 // kernel's link-local address lets the guest use that one, as an ordinary
-// container in the pod could. Every other frame is dropped: other
+// container in the pod could. (That link-local address is the EUI-64 one
+// from the MAC, which the guest shares: a guest that makes its link-local
+// address another way, as NetworkManager's default "stable-privacy" does,
+// must be told to use eui64.) Every other frame is dropped: other
 // ethertypes, and VLAN-tagged frames (tc sees them as protocol 802.1Q).
 // The pod netns's own stack gets only DHCP client messages (see Attach).
 //
@@ -45,7 +48,7 @@
 // any other thread starts, so it needs nothing more. A caller that switched a
 // single thread with setns (tests do) must hold runtime.LockOSThread across
 // Inspect and Attach. Attach keeps a netlink handle and a socket that were
-// opened in that namespace, so Close, and the DHCP server's goroutines, work
+// opened in that namespace, so Close, and the DHCP server's goroutine, work
 // from any thread.
 //
 // The DHCP server logs through slog.Default() (answers at debug level,

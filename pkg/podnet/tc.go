@@ -177,8 +177,9 @@ func guestFilters(p Pod, tap, pod int) []*netlink.U32 {
 // redirects it to sink. The caller removes sink afterwards, and that is what
 // makes this a drop: mirred forgets a removed device (its NETDEV_UNREGISTER
 // notifier clears the action's device), and a redirect with no device
-// consumes the frame and counts it as an overlimit of the action (kernel
-// log: one "tc mirred: target device is gone" notice per boot). gact's
+// consumes the frame and counts it as an overlimit of the action (the
+// kernel may log "tc mirred: target device is gone", once per boot). Seen
+// on 6.18; TestAntiSpoofing checks it on whatever kernel runs it. gact's
 // "drop" would say it plainly, but gact, like police, is missing from some
 // kernels; mirred is the one action vmpod needs anyway.
 func dropFilter(tap, sink int) *netlink.U32 {
