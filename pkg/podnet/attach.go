@@ -43,10 +43,20 @@ func (a *Attachment) MTU() int { return a.pod.MTU }
 //   - the tap: single queue, owned by root, up, with p.MTU, IPv6 off (it is
 //     a conduit; the pod's stack has nothing to say to the guest);
 //   - an ingress qdisc on each side; on the pod interface a u32 filter that
-//     redirects every frame to the tap; on the tap one that passes the
-//     guest's DHCP client traffic (UDP to port 67) up to the DHCP server,
-//     and one that redirects everything else out of the pod interface;
+//     redirects every frame to the tap; on the tap an allow list (see
+//     guestFilters): the guest's DHCP client traffic goes up to the DHCP
+//     server, frames with the guest's own source addresses (p.MAC and
+//     p.Addr, p.IPv6) are redirected out of the pod interface, and
+//     everything else is dropped (see dropFilter);
 //   - a DHCP server on the tap that offers the guest exactly p.
+//
+// The guest is not trusted: whatever it sends, the node sees nothing from
+// it but frames from the pod's MAC and the pod's addresses, and the pod
+// network namespace's own stack sees nothing but its DHCP client messages
+// (from the guest's MAC, from 0.0.0.0 or the pod IP, UDP 68 to 67), which
+// only the DHCP server's socket, bound to the tap, takes. So even with
+// ip_forward on in the pod netns the stack can forward nothing with a
+// forged source.
 //
 // The pod IP stays on the pod interface. That is harmless: with every
 // incoming frame redirected at ingress, the pod's own stack never receives
@@ -120,16 +130,19 @@ func Attach(p Pod, tap string) (_ *Attachment, retErr error) {
 		return nil, fmt.Errorf("tap %q: up: %w", tap, err)
 	}
 
-	// Guest to pod interface. The qdisc's filters go with it.
+	// Guest to pod interface. The qdisc's filters go with it. The drop
+	// filter first, so that no frame ever finds the allow list without it.
 	if err := addIngress(h, tapIndex, tap); err != nil {
 		return nil, err
 	}
 	a.onClose(func() error { return delIngress(h, tapIndex) })
-	if err := addFilter(h, passDHCP(tapIndex), tap); err != nil {
+	if err := addDropFilter(h, tapIndex, tap); err != nil {
 		return nil, err
 	}
-	if err := addFilter(h, redirectAll(tapIndex, podIndex), tap); err != nil {
-		return nil, err
+	for _, f := range guestFilters(p, tapIndex, podIndex) {
+		if err := addFilter(h, f, tap); err != nil {
+			return nil, err
+		}
 	}
 
 	srv, err := serveDHCP(p, tap)
@@ -190,6 +203,13 @@ func validate(p Pod, tap string) error {
 		return fmt.Errorf("pod %q: no IPv4 gateway", p.Interface)
 	case p.MTU < 68 || p.MTU > 65535:
 		return fmt.Errorf("pod %q: MTU %d out of range", p.Interface, p.MTU)
+	case len(p.IPv6) > maxIPv6:
+		return fmt.Errorf("pod %q: %d IPv6 addresses, more than the %d vmpod lets a guest use", p.Interface, len(p.IPv6), maxIPv6)
+	}
+	for _, a := range p.IPv6 {
+		if !a.Is6() || a.Is4In6() || a.IsUnspecified() || a.IsMulticast() {
+			return fmt.Errorf("pod %q: %v is not an IPv6 address a guest may send from", p.Interface, a)
+		}
 	}
 	return nil
 }

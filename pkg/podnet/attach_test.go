@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -99,40 +100,46 @@ func TestAttachClose(t *testing.T) {
 		t.Errorf("tap sysctls accept_local, rp_filter, disable_ipv6 = %v, want [1 0 1]", got)
 	}
 
-	// tc's own rendering of what the kernel holds, line by line.
-	wantFilters := map[string][]string{
+	// tc's own rendering of what the kernel holds. Pod IP 10.244.0.5 is
+	// 0af40005; the guest's MAC is the pod's, 02:42:0a:f4:00:05.
+	ethSrc := []string{"02420af4/ffffffff at -8", "00050000/ffff0000 at -4"}
+	with := func(m ...string) []string { return append(append([]string(nil), ethSrc...), m...) }
+	dhcp := func(src string) []string {
+		return with("05000000/0f000000 at 0", "00000000/00003fff at 4", "00110000/00ff0000 at 8",
+			src+"/ffffffff at 12", "00440043/ffffffff at 20")
+	}
+	toPod := "mirred (Egress Redirect to device " + podIf + ") stolen"
+	matchAll := []string{"00000000/00000000 at 0"}
+	wantFilters := map[string]map[int]tcFilter{
 		podIf: {
-			"protocol all pref 2 u32",
-			"terminal flowid",
-			"match 00000000/00000000 at 0",
-			"mirred (Egress Redirect to device " + tapName + ") stolen",
+			2: {Protocol: "all", Matches: matchAll, Action: "mirred (Egress Redirect to device " + tapName + ") stolen"},
 		},
 		tapName: {
-			"protocol ip pref 1 u32",
-			"match 05000000/0f000000 at 0",
-			"match 00000000/00003fff at 4",
-			"match 00110000/00ff0000 at 8",
-			"match 00000043/0000ffff at 20",
-			"protocol all pref 2 u32",
-			"mirred (Egress Redirect to device " + podIf + ") stolen",
+			// DHCP up to the server: no action at all (no gact "pass").
+			1: {Protocol: "ip", Matches: dhcp("00000000")},
+			2: {Protocol: "ip", Matches: dhcp("0af40005")},
+			3: {Protocol: "ip", Matches: with("0af40005/ffffffff at 12"), Action: toPod},
+			4: {Protocol: "arp", Matches: with("00010800/ffffffff at 0", "06040000/ffff0000 at 4",
+				"02420af4/ffffffff at 8", "00050af4/ffffffff at 12", "00050000/ffff0000 at 16"), Action: toPod},
+			5: {Protocol: "arp", Matches: with("00010800/ffffffff at 0", "06040000/ffff0000 at 4",
+				"02420af4/ffffffff at 8", "00050000/ffffffff at 12", "00000000/ffff0000 at 16"), Action: toPod},
+			6: {Protocol: "ipv6", Matches: with("60000000/f0000000 at 0", "00003a00/0000ff00 at 4",
+				"00000000/ffffffff at 8", "00000000/ffffffff at 12", "00000000/ffffffff at 16", "00000000/ffffffff at 20",
+				"87000000/ff000000 at 40"), Action: toPod},
+			// The pod interface's link-local address, fe80::42:aff:fef4:5.
+			10: {Protocol: "ipv6", Matches: with("60000000/f0000000 at 0",
+				"fe800000/ffffffff at 8", "00000000/ffffffff at 12", "00420aff/ffffffff at 16", "fef40005/ffffffff at 20"), Action: toPod},
+			// The drop: a redirect to a device that is gone.
+			42: {Protocol: "all", Matches: matchAll, Action: "mirred (Egress Redirect to device *) stolen"},
 		},
 	}
 	for dev, want := range wantFilters {
-		out := run(t, "tc", "-n", tp.pod, "filter", "show", "dev", dev, "ingress")
-		t.Logf("tc filter show dev %s ingress:\n%s", dev, out)
-		for _, w := range want {
-			if !strings.Contains(out, w) {
-				t.Errorf("filters on %s lack %q", dev, w)
-			}
-		}
-		if n := strings.Count(out, "mirred"); n != 1 {
-			t.Errorf("filters on %s have %d mirred actions, want 1", dev, n)
+		if diff := cmp.Diff(want, tcFilters(t, tp.pod, dev)); diff != "" {
+			t.Errorf("filters on %s (-want +got):\n%s", dev, diff)
 		}
 	}
-	// The DHCP filter must end classification by itself (no gact "pass").
-	tapFilters := run(t, "tc", "-n", tp.pod, "filter", "show", "dev", tapName, "ingress")
-	if dhcp, _, _ := strings.Cut(tapFilters, "pref 2"); !strings.Contains(dhcp, "terminal") || strings.Contains(dhcp, "action") {
-		t.Errorf("DHCP filter is not a terminal match without actions:\n%s", dhcp)
+	if links := run(t, "ip", "-n", tp.pod, "-o", "link", "show"); strings.Contains(links, "vmpdrop") {
+		t.Errorf("the drop filter's throwaway tap is still there:\n%s", links)
 	}
 
 	if err := a.Close(); err != nil {
@@ -206,4 +213,55 @@ func TestAttachFailsCleanly(t *testing.T) {
 			}
 		})
 	}
+}
+
+// tcFilter is one u32 filter as tc(8) shows it.
+type tcFilter struct {
+	Protocol string
+	Matches  []string // "value/mask at offset", in tc's order
+	Action   string   // the one action, "" for none
+}
+
+// tcFilters reads the ingress filters of dev in netns ns by priority. Every
+// filter must be a terminal u32 filter with at most one action.
+func tcFilters(t testing.TB, ns, dev string) map[int]tcFilter {
+	t.Helper()
+	out := run(t, "tc", "-n", ns, "filter", "show", "dev", dev, "ingress")
+	filters := map[int]tcFilter{}
+	pref := -1
+	for _, line := range strings.Split(out, "\n") {
+		fields := strings.Fields(line)
+		switch {
+		case len(fields) > 0 && fields[0] == "filter" && strings.Contains(line, "::"): // a key node
+			var f tcFilter
+			for i := 0; i+1 < len(fields); i++ {
+				switch fields[i] {
+				case "protocol":
+					f.Protocol = fields[i+1]
+				case "pref":
+					pref, _ = strconv.Atoi(fields[i+1])
+				}
+			}
+			if !strings.Contains(line, "terminal") {
+				t.Errorf("%s filter pref %d is not terminal: %s", dev, pref, line)
+			}
+			filters[pref] = f
+		case len(fields) == 4 && fields[0] == "match" && pref >= 0:
+			f := filters[pref]
+			f.Matches = append(f.Matches, strings.Join(fields[1:], " "))
+			filters[pref] = f
+		case strings.HasPrefix(strings.TrimSpace(line), "action order") && pref >= 0:
+			f := filters[pref]
+			if f.Action != "" {
+				t.Errorf("%s filter pref %d has more than one action", dev, pref)
+			}
+			_, f.Action, _ = strings.Cut(line, ": ")
+			f.Action = strings.TrimSpace(f.Action)
+			filters[pref] = f
+		}
+	}
+	if t.Failed() {
+		t.Logf("tc filter show dev %s ingress:\n%s", dev, out)
+	}
+	return filters
 }

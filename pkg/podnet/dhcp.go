@@ -3,11 +3,11 @@ package podnet
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
-	"sync"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
@@ -23,73 +23,101 @@ import (
 // answered.
 const LeaseTime = 365 * 24 * time.Hour
 
-// dhcpServer answers DHCPv4 on the tap for one client: the guest.
+// dhcpServer answers DHCPv4 on the tap for one client: the guest, which is
+// not trusted. One goroutine reads and answers, a packet at a time, so a
+// flood costs a parse and at most one reply per packet and never another
+// goroutine; what the server cannot keep up with, the socket's receive
+// buffer drops. Its per-packet logging is rate-limited (rateLog).
 type dhcpServer struct {
 	pod Pod
 	// serverID is the gateway: it is what the guest already knows as the
 	// next hop, and the pod network namespace owns no address the guest
 	// could reach instead (the pod IP is the guest's own).
 	serverID net.IP
-	log      *slog.Logger
-
-	srv  *server4.Server
-	done chan struct{}
-
-	// mu keeps handlers, which server4 runs on their own goroutines, from
-	// answering after close returned.
-	mu     sync.Mutex
-	closed bool
+	conn     *net.UDPConn
+	log      *rateLog
+	done     chan struct{}
 }
+
+const (
+	// dhcpReadSize holds any UDP datagram, so none is cut short.
+	dhcpReadSize = 1 << 16
+	// dhcpWriteTimeout bounds a reply that the kernel cannot take.
+	dhcpWriteTimeout = time.Second
+	// dhcpReadErrorPause keeps a failing socket from spinning the loop.
+	dhcpReadErrorPause = 100 * time.Millisecond
+	// logEvery is how often each kind of per-packet record may be logged.
+	logEvery = 30 * time.Second
+)
+
+// Kinds of per-packet log records (see rateLog).
+const (
+	logMalformed  = "malformed"
+	logIgnored    = "ignored"
+	logDecline    = "decline"
+	logReadFailed = "read failed"
+	logReply      = "reply failed"
+	logAnswered   = "answered " // + the reply's type, one of three
+)
 
 // serveDHCP listens on UDP port 67 of the tap. The socket is bound to the
 // tap, so it is created in the calling thread's network namespace and works
 // from any goroutine afterwards.
 func serveDHCP(p Pod, tap string) (*dhcpServer, error) {
-	s := &dhcpServer{
-		pod:      p,
-		serverID: net.IP(p.Gateway.AsSlice()),
-		log:      slog.Default().With("component", "podnet-dhcp", "tap", tap),
-		done:     make(chan struct{}),
-	}
 	conn, err := server4.NewIPv4UDPConn(tap, &net.UDPAddr{Port: dhcpv4.ServerPort})
 	if err != nil {
 		return nil, fmt.Errorf("DHCP server on %q: %w", tap, err)
 	}
-	s.srv, err = server4.NewServer(tap, nil, s.handle, server4.WithConn(conn))
-	if err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("DHCP server on %q: %w", tap, err)
+	s := &dhcpServer{
+		pod:      p,
+		serverID: net.IP(p.Gateway.AsSlice()),
+		conn:     conn,
+		log:      newRateLog(slog.Default().With("component", "podnet-dhcp", "tap", tap), logEvery),
+		done:     make(chan struct{}),
 	}
-	go func() {
-		defer close(s.done)
-		_ = s.srv.Serve() // returns once close closes the socket
-	}()
+	go s.serve()
 	return s, nil
 }
 
+// close stops the server and then logs what rate limiting held back.
 func (s *dhcpServer) close() error {
-	s.mu.Lock()
-	s.closed = true
-	s.mu.Unlock()
-	err := s.srv.Close()
+	err := s.conn.Close()
 	<-s.done
+	s.log.flush()
 	return err
 }
 
-func (s *dhcpServer) handle(conn net.PacketConn, _ net.Addr, req *dhcpv4.DHCPv4) {
+func (s *dhcpServer) serve() {
+	defer close(s.done)
+	buf := make([]byte, dhcpReadSize)
+	for {
+		n, _, err := s.conn.ReadFrom(buf)
+		if errors.Is(err, net.ErrClosed) {
+			return
+		}
+		if err != nil {
+			s.log.Log(slog.LevelWarn, logReadFailed, "reading failed", "error", err)
+			time.Sleep(dhcpReadErrorPause)
+			continue
+		}
+		s.handle(buf[:n])
+	}
+}
+
+func (s *dhcpServer) handle(b []byte) {
+	req, err := dhcpv4.FromBytes(b)
+	if err != nil {
+		s.log.Log(slog.LevelDebug, logMalformed, "malformed message", "error", err)
+		return
+	}
 	resp := answer(s.pod, s.serverID, req)
 	if resp == nil {
 		if req.MessageType() == dhcpv4.MessageTypeDecline && bytes.Equal(req.ClientHWAddr, s.pod.MAC) {
 			// The guest saw another host answer ARP for the pod IP.
-			s.log.Warn("guest declined the pod IP: address conflict on the pod network", "ip", s.pod.Addr.Addr())
+			s.log.Log(slog.LevelWarn, logDecline, "guest declined the pod IP: address conflict on the pod network", "ip", s.pod.Addr.Addr())
 			return
 		}
-		s.log.Debug("ignored", "request", req.Summary())
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+		s.log.Log(slog.LevelDebug, logIgnored, "ignored", "type", req.MessageType(), "chaddr", req.ClientHWAddr)
 		return
 	}
 	// Always broadcast: a client without an address cannot answer ARP, and
@@ -98,11 +126,15 @@ func (s *dhcpServer) handle(conn net.PacketConn, _ net.Addr, req *dhcpv4.DHCPv4)
 	// picks the pod IP as the source (the tap has no address); clients go by
 	// the server identifier option, not the source.
 	dst := &net.UDPAddr{IP: net.IPv4bcast, Port: dhcpv4.ClientPort}
-	if _, err := conn.WriteTo(resp.ToBytes(), dst); err != nil {
-		s.log.Warn("reply failed", "type", resp.MessageType(), "error", err)
+	if err := s.conn.SetWriteDeadline(time.Now().Add(dhcpWriteTimeout)); err != nil {
+		return // closed
+	}
+	if _, err := s.conn.WriteTo(resp.ToBytes(), dst); err != nil {
+		s.log.Log(slog.LevelWarn, logReply, "reply failed", "type", resp.MessageType(), "error", err)
 		return
 	}
-	s.log.Debug("answered", "request", req.MessageType(), "reply", resp.MessageType(), "ip", resp.YourIPAddr)
+	s.log.Log(slog.LevelDebug, logAnswered+resp.MessageType().String(), "answered",
+		"request", req.MessageType(), "reply", resp.MessageType(), "ip", resp.YourIPAddr)
 }
 
 // answer is the whole DHCP policy: one client (the pod's MAC), one address

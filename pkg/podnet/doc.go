@@ -8,25 +8,60 @@
 // everything outside the pod the guest is the pod.
 //
 //	node ── eth0 ingress ── u32 match-all, mirred redirect ──► tap egress ──► guest
-//	node ◄─ eth0 egress ◄── u32 match-all, mirred redirect ─── tap ingress ◄─ guest
-//	                        except UDP to port 67, passed up to the
-//	                        DHCP server bound to the tap
+//
+//	        tap ingress, u32 filters tried in priority order ◄── guest
+//	        (each requires the pod's MAC as the Ethernet source)
+//	  1-2   UDP 68 -> 67 from 0.0.0.0 or the pod IP, no action:
+//	        up the tap's stack ──► DHCP server (socket bound to the tap)
+//	  3-41  IPv4 from the pod IP, ARP from the pod's MAC and IP (or 0.0.0.0),
+//	        IPv6 from a pod IPv6 address (or :: for DAD), mirred redirect:
+//	        ──► eth0 egress ──► node
+//	  42    anything else, mirred redirect to a removed device: dropped
+//
+// The guest is attacker-controlled. From the tap the node receives only
+// frames with the pod's MAC as the Ethernet source and the pod's addresses
+// as the IP (or ARP sender) source: IPv4 from the pod IP; ARP whose sender
+// is the pod's MAC and the pod IP (or 0.0.0.0, an ARP probe); IPv6 from one
+// of the pod interface's IPv6 addresses (Pod.IPv6, link-local included),
+// and neighbor solicitations from :: for duplicate address detection. A pod
+// whose interface has no IPv6 address (IPv6 off in its netns) gets no IPv6
+// from the guest at all; an IPv4-only pod whose interface has just the
+// kernel's link-local address lets the guest use that one, as an ordinary
+// container in the pod could. (That link-local address is the EUI-64 one
+// from the MAC, which the guest shares: a guest that makes its link-local
+// address another way, as NetworkManager's default "stable-privacy" does,
+// must be told to use eui64.) Every other frame is dropped: other
+// ethertypes, and VLAN-tagged frames (tc sees them as protocol 802.1Q).
+// The pod netns's own stack gets only DHCP client messages (see Attach).
+//
+// Dropping without gact: the last filter on the tap redirects with mirred to
+// a throwaway tap that Attach removes right away; mirred drops what it
+// cannot deliver to a removed device (see dropFilter). The obvious
+// alternative, redirecting only what is allowed and letting the rest go up
+// the tap's stack (the tap has no address), is not safe: the pod netns
+// holds the pod IP, so that stack delivers a forged packet to the pod
+// netns's own sockets, learns ARP entries from it, and with ip_forward on
+// would route it out of the pod interface with its forged source.
 //
 // Namespaces: every function works in the network namespace of the calling
 // OS thread. The shim enters the pod's namespace for its whole process before
 // any other thread starts, so it needs nothing more. A caller that switched a
 // single thread with setns (tests do) must hold runtime.LockOSThread across
 // Inspect and Attach. Attach keeps a netlink handle and a socket that were
-// opened in that namespace, so Close, and the DHCP server's goroutines, work
+// opened in that namespace, so Close, and the DHCP server's goroutine, work
 // from any thread.
 //
 // The DHCP server logs through slog.Default() (answers at debug level,
-// trouble at warn).
+// trouble at warn), each kind of per-packet record at most once every 30
+// seconds, with the number held back. It reads and answers on one
+// goroutine, so a flood from the guest costs a bounded amount of work per
+// packet and no goroutines.
 //
 // Kernel features: the tun driver, the ingress qdisc (sch_ingress), the u32
-// classifier (cls_u32) and the mirred action (act_mirred). matchall, flower
-// and gact are not used, because some kernels lack them. A missing feature is
-// named in Attach's error.
+// classifier (cls_u32) and the mirred action (act_mirred). matchall, flower,
+// gact and police are not used, because some kernels lack them (the 6.18
+// kernel these tests were written on has none of them). A missing feature
+// is named in Attach's error.
 //
 // podnet may import the standard library, golang.org/x/sys,
 // github.com/vishvananda/netlink and github.com/insomniacslk/dhcp. It

@@ -28,6 +28,13 @@ type Pod struct {
 	// Routes are the interface's IPv4 routes other than the default route
 	// and the kernel's route to Addr's own prefix.
 	Routes []Route
+	// IPv6 are the interface's IPv6 addresses, link-local ones included
+	// (the kernel gives an interface with IPv6 on one, derived from the
+	// MAC). They are the only IPv6 sources the guest may use; none means no
+	// IPv6 from the guest at all. podnet does not hand them to the guest
+	// (no DHCPv6, no router advertisements): a guest that should use a
+	// global one learns it another way (cloud-init network config).
+	IPv6 []netip.Addr
 
 	DNS      DNS
 	Hostname string
@@ -70,6 +77,12 @@ func Inspect(ifname string) (Pod, error) {
 		return Pod{}, fmt.Errorf("pod interface %q: %w", ifname, err)
 	}
 
+	addrs6, err := dump(func() ([]netlink.Addr, error) { return netlink.AddrList(link, unix.AF_INET6) })
+	if err != nil {
+		return Pod{}, fmt.Errorf("pod interface %q: listing IPv6 addresses: %w", ifname, err)
+	}
+	p.IPv6 = podAddrs6(addrs6)
+
 	filter := &netlink.Route{LinkIndex: attrs.Index, Table: unix.RT_TABLE_MAIN}
 	routes, err := dump(func() ([]netlink.Route, error) {
 		return netlink.RouteListFiltered(unix.AF_INET, filter, netlink.RT_FILTER_OIF|netlink.RT_FILTER_TABLE)
@@ -98,6 +111,20 @@ func podAddr(addrs []netlink.Addr) (netip.Prefix, error) {
 		return netip.PrefixFrom(ip, ones), nil
 	}
 	return netip.Prefix{}, errors.New("no IPv4 address (vmpod needs the pod's IPv4 address to hand to the guest)")
+}
+
+// podAddrs6 is every IPv6 address on the interface except one that failed
+// duplicate address detection (someone else on the link has it).
+func podAddrs6(addrs []netlink.Addr) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range addrs {
+		ip, ok := netip.AddrFromSlice(a.IP)
+		if !ok || !ip.Is6() || ip.Is4In6() || a.Flags&unix.IFA_F_DADFAILED != 0 {
+			continue
+		}
+		out = append(out, ip)
+	}
+	return out
 }
 
 // podRoutes splits the interface's routes into the default gateway and the

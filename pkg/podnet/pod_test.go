@@ -19,6 +19,7 @@ func TestInspect(t *testing.T) {
 	mac := podMAC.String()
 	tests := []struct {
 		name    string
+		sysctl  []string   // set before eth0 goes up
 		setup   [][]string // ip -n <ns> ... commands, after eth0 (a veth) exists and is up
 		ifname  string
 		want    podnet.Pod
@@ -36,9 +37,26 @@ func TestInspect(t *testing.T) {
 			Addr:    netip.MustParsePrefix("10.244.0.5/24"),
 			Gateway: netip.MustParseAddr("10.244.0.1"),
 			Routes:  []podnet.Route{{Dst: netip.MustParsePrefix("10.96.0.0/12"), Via: netip.MustParseAddr("10.244.0.1")}},
+			// The kernel's link-local address, from the MAC.
+			IPv6: []netip.Addr{netip.MustParseAddr("fe80::42:aff:fef4:5")},
 		},
 	}, {
-		name: "calico style /32 with an on-link gateway",
+		name: "dual stack",
+		setup: [][]string{
+			{"addr", "add", "10.244.0.5/24", "dev", "eth0"},
+			{"addr", "add", "fd00:10:244::5/64", "dev", "eth0", "nodad"},
+			{"route", "add", "default", "via", "10.244.0.1"},
+		},
+		ifname: "eth0",
+		want: podnet.Pod{
+			Interface: "eth0", MAC: podMAC, MTU: podMTU,
+			Addr:    netip.MustParsePrefix("10.244.0.5/24"),
+			Gateway: netip.MustParseAddr("10.244.0.1"),
+			IPv6:    []netip.Addr{netip.MustParseAddr("fd00:10:244::5"), netip.MustParseAddr("fe80::42:aff:fef4:5")},
+		},
+	}, {
+		name:   "calico style /32 with an on-link gateway, IPv6 off",
+		sysctl: []string{"net.ipv6.conf.eth0.disable_ipv6=1"},
 		setup: [][]string{
 			{"addr", "add", "10.1.2.3/32", "dev", "eth0"},
 			{"route", "add", "169.254.1.1", "dev", "eth0", "scope", "link"},
@@ -76,6 +94,9 @@ func TestInspect(t *testing.T) {
 			ip("link", "add", "eth0", "address", mac, "mtu", "1450", "type", "veth", "peer", "name", "peer0")
 			ip("link", "set", "lo", "up")
 			ip("link", "set", "peer0", "up")
+			for _, kv := range tc.sysctl {
+				run(t, "ip", "netns", "exec", ns, "sysctl", "-q", "-w", kv)
+			}
 			ip("link", "set", "eth0", "up")
 			for _, args := range tc.setup {
 				ip(args...)

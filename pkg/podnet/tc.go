@@ -3,20 +3,46 @@ package podnet
 import (
 	"errors"
 	"fmt"
+	"net/netip"
+	"sort"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
 // tc objects Attach installs. Only u32 and mirred are used: matchall,
-// flower and gact (the usual "pass") are absent from some kernels.
+// flower, gact (the usual "pass" and "drop") and police are absent from
+// some kernels (the 6.18 one these tests were written on lacks all four).
+//
+// On the tap the filters form an allow list, tried in priority order; the
+// first that matches ends classification. Every allow filter insists on the
+// guest's MAC as the Ethernet source. What none allows meets the last filter,
+// which drops it (see dropFilter).
 const (
-	// prioDHCP on the tap lets the guest's DHCP client traffic up to the
-	// DHCP server; prioRedirect, lower priority, sends everything else out
-	// of the pod interface. On the pod interface only prioRedirect is used.
-	prioDHCP     = 1
+	// The guest's DHCP client traffic, from 0.0.0.0 (before it has a
+	// lease) or from the pod IP (rebinding), passed up to the DHCP server.
+	prioDHCPUnspec = 1
+	prioDHCPPodIP  = 2
+	// IPv4 from the pod IP, redirected out of the pod interface.
+	prioIPv4 = 3
+	// ARP whose sender is the guest (MAC and pod IP), or an ARP probe
+	// (sender IP 0.0.0.0, RFC 5227), redirected.
+	prioARP      = 4
+	prioARPProbe = 5
+	// IPv6 duplicate address detection: a neighbor solicitation from ::.
+	prioIPv6DAD = 6
+	// IPv6 from one of the pod interface's IPv6 addresses, one filter each.
+	prioIPv6 = 10
+	// Everything else from the guest.
+	prioDrop = prioIPv6 + maxIPv6
+
+	// On the pod interface: everything to the tap.
 	prioRedirect = 2
 )
+
+// maxIPv6 bounds the IPv6 addresses the guest may use as sources (one
+// filter each).
+const maxIPv6 = 32
 
 var ingressParent = netlink.MakeHandle(0xffff, 0)
 
@@ -28,50 +54,165 @@ func ingressQdisc(link int) *netlink.Ingress {
 	}}
 }
 
-// redirectAll sends every frame arriving on from out of to, as if to had
-// transmitted it: the u32 selector with one all-zero key matches anything.
-func redirectAll(from, to int) *netlink.U32 {
+// u32Sel collects byte comparisons and packs them into the 32-bit words u32
+// compares. Offsets count from the network header, where an ingress hook
+// sees the packet start; the Ethernet header lies before it (the source MAC
+// at -8). Words are aligned to 4 bytes from there, as tc(8) packs them.
+type u32Sel map[int32]netlink.TcU32Key
+
+// eq requires the bytes at off to be want.
+func (s u32Sel) eq(off int, want []byte) u32Sel {
+	for i, b := range want {
+		s.masked(off+i, b, 0xff)
+	}
+	return s
+}
+
+// masked requires the byte at off, under mask, to be val.
+func (s u32Sel) masked(off int, val, mask byte) u32Sel {
+	word := int32(off) &^ 3 // rounds down for negative offsets too
+	shift := 8 * (3 - (int32(off) - word))
+	k := s[word]
+	k.Off = word
+	k.Mask |= uint32(mask) << shift
+	k.Val |= uint32(val&mask) << shift
+	s[word] = k
+	return s
+}
+
+// keys are the words in offset order. Values are in host order; netlink
+// converts them.
+func (s u32Sel) keys() []netlink.TcU32Key {
+	keys := make([]netlink.TcU32Key, 0, len(s))
+	for _, k := range s {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].Off < keys[j].Off })
+	return keys
+}
+
+// Offsets from the network header.
+const (
+	offEthSrc  = -8 // Ethernet source MAC
+	offIPv4Src = 12
+	offIPv6Src = 8
+)
+
+func u32Filter(link, prio int, proto uint16, sel u32Sel, actions ...netlink.Action) *netlink.U32 {
 	return &netlink.U32{
 		FilterAttrs: netlink.FilterAttrs{
-			LinkIndex: from,
+			LinkIndex: link,
 			Parent:    ingressParent,
-			Priority:  prioRedirect,
-			Protocol:  unix.ETH_P_ALL,
+			Priority:  uint16(prio),
+			Protocol:  proto,
 		},
-		Sel: &netlink.TcU32Sel{
-			Flags: netlink.TC_U32_TERMINAL,
-			Keys:  []netlink.TcU32Key{{}},
-		},
-		Actions: []netlink.Action{netlink.NewMirredAction(to)},
+		Sel:     &netlink.TcU32Sel{Flags: netlink.TC_U32_TERMINAL, Keys: sel.keys()},
+		Actions: actions,
 	}
 }
 
-// passDHCP matches IPv4 UDP to port 67 and ends classification with no
-// action, which the ingress hook takes as TC_ACT_OK: the frame goes up the
-// tap's own stack, to the DHCP server. Offsets assume a 20-byte IPv4 header,
-// so the first key insists on it; DHCP clients send no IP options, and a
-// fragment (the last key) could not be a whole DHCP message anyway.
-func passDHCP(tap int) *netlink.U32 {
-	return &netlink.U32{
-		FilterAttrs: netlink.FilterAttrs{
-			LinkIndex: tap,
-			Parent:    ingressParent,
-			Priority:  prioDHCP,
-			Protocol:  unix.ETH_P_IP,
-		},
-		Sel: &netlink.TcU32Sel{
-			Flags: netlink.TC_U32_TERMINAL,
-			// Values in host order; netlink converts them. Each key
-			// compares the 32-bit word at Off (from the IPv4 header) under
-			// Mask.
-			Keys: []netlink.TcU32Key{
-				{Off: 0, Mask: 0x0f000000, Val: 0x05000000}, // IHL 5: no options
-				{Off: 4, Mask: 0x00003fff, Val: 0x00000000}, // MF clear, offset 0: not a fragment
-				{Off: 8, Mask: 0x00ff0000, Val: unix.IPPROTO_UDP << 16},
-				{Off: 20, Mask: 0x0000ffff, Val: 67}, // UDP destination port
-			},
-		},
+// redirectAll sends every frame arriving on from out of to, as if to had
+// transmitted it: the u32 selector with one all-zero key matches anything.
+func redirectAll(from, to int) *netlink.U32 {
+	return u32Filter(from, prioRedirect, unix.ETH_P_ALL, u32Sel{0: {}}, netlink.NewMirredAction(to))
+}
+
+// guestFilters is the tap's allow list (all but the final drop), for the
+// guest of p on the tap with index tap, redirecting to the pod interface
+// with index pod.
+//
+// A frame with a VLAN tag never matches: the kernel strips the tag before
+// the ingress hook, and tc then classifies the frame as protocol 802.1Q,
+// for which there is no allow filter.
+func guestFilters(p Pod, tap, pod int) []*netlink.U32 {
+	mac := []byte(p.MAC)
+	podIP := p.Addr.Addr().AsSlice()
+	zero4 := netip.IPv4Unspecified().AsSlice()
+	fromGuest := func() u32Sel { return u32Sel{}.eq(offEthSrc, mac) }
+	toPod := func() netlink.Action { return netlink.NewMirredAction(pod) }
+
+	// DHCP: IPv4 without options (DHCP clients send none), not a fragment
+	// (a fragment could not hold a whole DHCP message), UDP 68 -> 67. No
+	// action: classification ends with TC_ACT_OK and the frame goes up the
+	// tap's own stack, to the DHCP server's socket.
+	dhcp := func(src []byte) u32Sel {
+		return fromGuest().
+			masked(0, 0x05, 0x0f).               // IHL 5
+			masked(6, 0, 0x3f).eq(7, []byte{0}). // MF clear, offset 0
+			eq(9, []byte{unix.IPPROTO_UDP}).
+			eq(offIPv4Src, src).
+			eq(20, []byte{0, 68, 0, 67}) // UDP ports
 	}
+	// ARP for Ethernet and IPv4 (htype 1, ptype 0x0800, hlen 6, plen 4)
+	// whose sender hardware address is the guest's and whose sender IP is
+	// spa.
+	arp := func(spa []byte) u32Sel {
+		return fromGuest().eq(0, []byte{0, 1, 0x08, 0x00, 6, 4}).eq(8, mac).eq(14, spa)
+	}
+
+	fs := []*netlink.U32{
+		u32Filter(tap, prioDHCPUnspec, unix.ETH_P_IP, dhcp(zero4)),
+		u32Filter(tap, prioDHCPPodIP, unix.ETH_P_IP, dhcp(podIP)),
+		u32Filter(tap, prioIPv4, unix.ETH_P_IP, fromGuest().eq(offIPv4Src, podIP), toPod()),
+		u32Filter(tap, prioARP, unix.ETH_P_ARP, arp(podIP), toPod()),
+		u32Filter(tap, prioARPProbe, unix.ETH_P_ARP, arp(zero4), toPod()),
+	}
+	if len(p.IPv6) == 0 {
+		return fs
+	}
+	// Duplicate address detection: version 6, next header ICMPv6 (no
+	// extension headers), source ::, ICMPv6 type 135 (neighbor
+	// solicitation).
+	dad := fromGuest().masked(0, 0x60, 0xf0).eq(6, []byte{unix.IPPROTO_ICMPV6}).
+		eq(offIPv6Src, netip.IPv6Unspecified().AsSlice()).eq(40, []byte{135})
+	fs = append(fs, u32Filter(tap, prioIPv6DAD, unix.ETH_P_IPV6, dad, toPod()))
+	for i, a := range p.IPv6 {
+		sel := fromGuest().masked(0, 0x60, 0xf0).eq(offIPv6Src, a.AsSlice())
+		fs = append(fs, u32Filter(tap, prioIPv6+i, unix.ETH_P_IPV6, sel, toPod()))
+	}
+	return fs
+}
+
+// dropFilter matches every frame on the tap that no allow filter took and
+// redirects it to sink. The caller removes sink afterwards, and that is what
+// makes this a drop: mirred forgets a removed device (its NETDEV_UNREGISTER
+// notifier clears the action's device), and a redirect with no device
+// consumes the frame and counts it as an overlimit of the action (the
+// kernel may log "tc mirred: target device is gone", once per boot). Seen
+// on 6.18; TestAntiSpoofing checks it on whatever kernel runs it. gact's
+// "drop" would say it plainly, but gact, like police, is missing from some
+// kernels; mirred is the one action vmpod needs anyway.
+func dropFilter(tap, sink int) *netlink.U32 {
+	return u32Filter(tap, prioDrop, unix.ETH_P_ALL, u32Sel{0: {}}, netlink.NewMirredAction(sink))
+}
+
+// addDropFilter installs dropFilter with a throwaway tap as the sink, then
+// removes the tap. The tap is not persistent: it lives as long as its file
+// descriptor, so not even a crash here can leave it behind.
+func addDropFilter(h *netlink.Handle, tap int, tapName string) error {
+	sink := &netlink.Tuntap{
+		LinkAttrs:  netlink.LinkAttrs{Name: "vmpdrop%d"},
+		Mode:       netlink.TUNTAP_MODE_TAP,
+		Flags:      netlink.TUNTAP_NO_PI,
+		NonPersist: true,
+		Queues:     1,
+	}
+	if err := h.LinkAdd(sink); err != nil {
+		return fmt.Errorf("drop filter on %q: throwaway tap: %w", tapName, err)
+	}
+	sinkIndex := sink.Attrs().Index
+	err := addFilter(h, dropFilter(tap, sinkIndex), tapName)
+	for _, f := range sink.Fds {
+		f.Close()
+	}
+	if err != nil {
+		return err
+	}
+	// Closing the last descriptor unregisters the tap before close returns.
+	if l, err := h.LinkByIndex(sinkIndex); err == nil {
+		return fmt.Errorf("drop filter on %q: the throwaway tap %q (index %d) is still there after its descriptor closed", tapName, l.Attrs().Name, sinkIndex)
+	}
+	return nil
 }
 
 // kernelHint names the kernel feature behind an error from adding a tc
