@@ -30,6 +30,7 @@ import (
 
 	"github.com/vmpod/vmpod/pkg/convert"
 	"github.com/vmpod/vmpod/pkg/host"
+	"github.com/vmpod/vmpod/pkg/jail"
 	"github.com/vmpod/vmpod/pkg/node"
 	"github.com/vmpod/vmpod/pkg/virt/libvirt"
 	"github.com/vmpod/vmpod/pkg/vm"
@@ -52,6 +53,11 @@ type config struct {
 }
 
 func main() {
+	// libvirt starts this binary, through the jailer link, as the VMs'
+	// emulator: it is then the jailer, as vm-runtime is in a pod.
+	if filepath.Base(os.Args[0]) == jail.EmulatorName {
+		os.Exit(jail.Main(os.Args[1:]))
+	}
 	var c config
 	var sizes, vcpus, noTHP string
 	flag.StringVar(&c.guestDir, "guest-dir", "_output/guest", "test guest built by hack/guest/build.sh")
@@ -226,7 +232,19 @@ func measure(ctx context.Context, c config, rt *vm.Runtime, h host.Host, img vm.
 		return result{}, err
 	}
 	layout := vm.Layout{Dir: filepath.Join(c.root, fmt.Sprintf("vm%d", n))}
-	cfg := vm.Config{Spec: spec, Host: h, Image: img, Layout: layout}
+	// QEMU runs jailed, as in a pod: the overhead measured is a pod's.
+	jailer, err := jail.LinkEmulator(c.root)
+	if err != nil {
+		return result{}, err
+	}
+	leases := filepath.Join(c.root, "uids")
+	uid, err := jail.Allocate(leases, jail.DefaultRange, layout.Dir)
+	if err != nil {
+		return result{}, err
+	}
+	defer jail.Release(leases, layout.Dir)
+	cfg := vm.Config{Spec: spec, Host: h, Image: img, Layout: layout,
+		Jail: vm.Jail{Jailer: jailer, UID: uid, GID: uid, LibvirtRoot: filepath.Join(c.root, "libvirt"), DiskCap: 4 << 30}}
 	if c.tap != "" {
 		cfg.NICs = map[string]convert.NIC{spec.NICs[0].Name: {Tap: c.tap, MAC: "0a:58:0a:f4:00:05"}}
 	}
