@@ -178,7 +178,8 @@ func TestCrictlRefusesHostileImages(t *testing.T) {
 	}
 }
 
-// runHostile runs one pod with image ref and checks what TestCrictlRefusesHostileImages says.
+// runHostile runs one pod with image ref and checks it as
+// TestCrictlRefusesHostileImages says; want "" expects the VM to run.
 func runHostile(t *testing.T, c *containerd.Containerd, state string, h hostSide, i int, ref, want string, opened func() []string) {
 	pod := c.NewPodConfig(fmt.Sprintf("hostile-%d", i), "default", fmt.Sprintf("7e57-0d15-%04d", i), nil)
 	podID := c.RunPod(t, pod, "vmpod")
