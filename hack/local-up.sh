@@ -221,15 +221,14 @@ wait_for forwarder 20 "$BIN/kubectl" --kubeconfig "$OUT/kubeconfig" get --raw /r
 
 log "applying manifests/ (hack/local/manifests: without the DaemonSets and the Deployment)"
 kubectl_node apply -k "$repo/hack/local/manifests" >"$STATE/logs/apply.log"
-# sa_kubeconfig NAME: a kubeconfig with a token of ServiceAccount
+# sa_kubeconfig NAME FILE [FLAGS]: a kubeconfig with a token of ServiceAccount
 # vmpod-system/NAME, so the component has exactly the RBAC users give it.
 sa_kubeconfig() {
 	local token
-	token=$(kubectl_node -n vmpod-system create token "$1" --duration 720h)
+	token=$(kubectl_node -n vmpod-system create token "$1" --duration 720h "${@:3}")
 	kubeconfig "$STATE/$2.kubeconfig" https://127.0.0.1:6443 --token "$token"
 }
 sa_kubeconfig vmpod-scheduler scheduler
-sa_kubeconfig vmpod-labeller labeller
 
 log "starting the scheduler (VMPlacement; ServiceAccount vmpod-scheduler)"
 sed "s|@STATE@|$STATE|g" hack/local/scheduler-config.yaml >"$STATE/scheduler-config.yaml"
@@ -263,6 +262,10 @@ wait_for "node Ready" 120 bash -c "[[ \$($BIN/kubectl --kubeconfig $OUT/kubeconf
 	die "node $NAME not Ready within 120s"
 
 log "starting the labeller (ServiceAccount vmpod-labeller)"
+# Its token is bound to the node (registered by now): manifests/labeller-
+# policy.yaml lets the labeller change only the node its token names, as
+# the token the kubelet gives the labeller's pod does.
+sa_kubeconfig vmpod-labeller labeller --bound-object-kind Node --bound-object-name "$NAME"
 start labeller env TMPDIR="$RUN/tmp" "$BIN/vm-runtime" labeller --node-name "$NAME" \
 	--kubeconfig "$STATE/labeller.kubeconfig" --capabilities-cache "$CAPS_CACHE"
 wait_for "vmpod.io/runtime=true" 120 bash -c "[[ \$($BIN/kubectl --kubeconfig $OUT/kubeconfig get node $NAME -o jsonpath='{.metadata.labels.vmpod\.io/runtime}') == true ]]" ||

@@ -3,6 +3,7 @@ package vmspec
 import (
 	"errors"
 	"fmt"
+	"math"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -63,22 +64,39 @@ func FromPod(pod *corev1.Pod) (Spec, error) {
 // resourcesFromLimits maps limits.cpu to vCPUs (rounded up, default 1) and
 // limits.memory to guest RAM (required, rounded down to whole MiB so the
 // guest never gets more than the pod asked for).
+//
+// A quantity is compared before it is read as a number: Quantity.Value
+// and MilliValue wrap modulo 2^64 above the int64 range, so a memory limit
+// of 2^64 bytes plus 1Gi would read as a 1Gi guest, and a cpu limit of
+// 2^64/1000 cores plus one as 1 vCPU.
 func resourcesFromLimits(limits corev1.ResourceList) (int, uint64, error) {
 	const field = "spec.containers[0].resources.limits"
+	var err error
 	vcpus := 1
 	if q, ok := limits[corev1.ResourceCPU]; ok {
-		milli := q.MilliValue()
-		if milli <= 0 {
-			return 0, 0, invalid(field+".cpu", q.String(), "must be positive")
+		switch milli := q.MilliValue(); {
+		case q.Cmp(*resource.NewQuantity(MaxVCPUs, resource.DecimalSI)) > 0:
+			// The error names the value as written; vcpus stays 1 so
+			// that Validate does not report the field a second time.
+			err = invalid(field+".cpu", q.String(), fmt.Sprintf("at most %d vCPUs", MaxVCPUs))
+		case milli <= 0:
+			err = invalid(field+".cpu", q.String(), "must be positive")
+		default:
+			vcpus = int((milli + 999) / 1000)
 		}
-		vcpus = int((milli + 999) / 1000)
 	}
 	// A missing memory limit leaves 0, which Validate reports.
 	q := limits[corev1.ResourceMemory]
-	return vcpus, memoryBytes(q), nil
+	return vcpus, memoryBytes(q), err
 }
 
+// memoryBytes is q in whole MiB, rounded down; 0 for a q that is not
+// positive, and the largest whole-MiB uint64 for one above the int64
+// range (Validate refuses both).
 func memoryBytes(q resource.Quantity) uint64 {
+	if q.Cmp(*resource.NewQuantity(math.MaxInt64, resource.BinarySI)) > 0 {
+		return math.MaxUint64 &^ (1<<20 - 1)
+	}
 	v := q.Value()
 	if v <= 0 {
 		return 0

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	kubeapiservertesting "k8s.io/kubernetes/cmd/kube-apiserver/app/testing"
 
 	"github.com/vmpod/vmpod/pkg/host"
@@ -53,10 +54,18 @@ func startEtcd(t *testing.T) string {
 // startAPIServer runs a kube-apiserver on a loopback port over etcdURL.
 func startAPIServer(t *testing.T, etcdURL string) kubernetes.Interface {
 	t.Helper()
+	client, _ := startAPIServerWith(t, etcdURL)
+	return client
+}
+
+// startAPIServerWith is startAPIServer with more kube-apiserver flags; it
+// also returns the admin's rest.Config.
+func startAPIServerWith(t *testing.T, etcdURL string, flags ...string) (kubernetes.Interface, *rest.Config) {
+	t.Helper()
 	storage := storagebackend.NewDefaultConfig("/labeller-test", nil)
 	storage.Transport.ServerList = []string{etcdURL}
 	server, err := kubeapiservertesting.StartTestServer(t, kubeapiservertesting.NewDefaultTestServerOptions(),
-		[]string{"--disable-admission-plugins=ServiceAccount,TaintNodesByCondition"}, storage)
+		append([]string{"--disable-admission-plugins=ServiceAccount,TaintNodesByCondition"}, flags...), storage)
 	if err != nil {
 		t.Fatalf("kube-apiserver: %v", err)
 	}
@@ -65,7 +74,7 @@ func startAPIServer(t *testing.T, etcdURL string) kubernetes.Interface {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return client
+	return client, server.ClientConfig
 }
 
 func readTestdata(t *testing.T, name string) []byte {

@@ -55,7 +55,7 @@ func (pl *VMPlacement) Filter(_ context.Context, cs fwk.CycleState, pod *v1.Pod,
 	if reason != "" {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason)
 	}
-	if n.footprint(kvm) > nodeInfo.GetAllocatable().GetMemory()-usedMemory(nodeInfo, s) {
+	if n.footprint(kvm) > subSat(nodeInfo.GetAllocatable().GetMemory(), usedMemory(nodeInfo, s)) {
 		return fwk.NewStatus(fwk.Unschedulable, ErrReasonMemory)
 	}
 	return nil

@@ -21,14 +21,14 @@ import (
 
 // vmFootprint is guest RAM plus vmspec's overhead model.
 func vmFootprint(guestBytes int64, vcpus int, kvm bool) int64 {
-	return guestBytes + int64(vmspec.OverheadFor(kvm).Bytes(uint64(guestBytes), vcpus))
+	return addSat(guestBytes, int64Sat(vmspec.OverheadFor(kvm).Bytes(uint64(max(guestBytes, 0)), vcpus)))
 }
 
 // usedMemory is the memory the node's pods take: NodeResourcesFit's count
 // (NodeInfo.GetRequested, which includes pod overhead) plus each VM pod's
-// extra.
+// extra. It saturates (saturate.go).
 func usedMemory(ni fwk.NodeInfo, s *nodeState) int64 {
-	return ni.GetRequested().GetMemory() + s.extraBytes
+	return addSat(requestedSat(ni.GetRequested().GetMemory()), s.extraBytes)
 }
 
 // podExtra is the memory a pod on the node takes beyond NodeResourcesFit's
@@ -44,5 +44,5 @@ func (pl *VMPlacement) podExtra(pi fwk.PodInfo, c *caps) int64 {
 		return 0
 	}
 	fp := vmFootprint(int64(spec.MemoryBytes), spec.VCPUs, c.runsUnderKVM(spec.Accel))
-	return max(0, fp-countedMemory(pi))
+	return max(0, subSat(fp, countedMemory(pi)))
 }

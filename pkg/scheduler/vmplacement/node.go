@@ -93,7 +93,7 @@ func (pl *VMPlacement) nodeState(ni fwk.NodeInfo) *nodeState {
 	}
 	s := &nodeState{generation: gen, caps: capsOf(node.Labels)}
 	for _, pi := range ni.GetPods() {
-		s.extraBytes += pl.podExtra(pi, &s.caps)
+		s.extraBytes = addSat(s.extraBytes, pl.podExtra(pi, &s.caps))
 	}
 	pl.nodes.m.Store(node.Name, s)
 	return s
