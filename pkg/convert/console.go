@@ -3,15 +3,15 @@ package convert
 import "libvirt.org/go/libvirtxml"
 
 // console puts the serial port on a unix socket that QEMU listens on; the
-// runtime connects it to the container's stdio. Everything the guest writes
-// is also logged to a file, so the boot is never lost even before anyone
-// connects.
-func console(d *libvirtxml.Domain, enabled bool, socket, log string) error {
+// runtime connects to it before the guest's first instruction, logs what
+// the guest writes (capped and rotated: QEMU's own log file would grow
+// without a bound) and joins it to the container's stdio.
+func console(d *libvirtxml.Domain, enabled bool, socket string) error {
 	if !enabled {
 		return nil
 	}
-	if socket == "" || log == "" {
-		return missingPath("Console and ConsoleLog")
+	if socket == "" {
+		return missingPath("Console")
 	}
 	port := uint(0)
 	dev := devices(d)
@@ -19,7 +19,6 @@ func console(d *libvirtxml.Domain, enabled bool, socket, log string) error {
 		Source: &libvirtxml.DomainChardevSource{UNIX: &libvirtxml.DomainChardevSourceUNIX{Mode: "bind", Path: socket}},
 		Target: &libvirtxml.DomainSerialTarget{Type: "isa-serial", Port: &port,
 			Model: &libvirtxml.DomainSerialTargetModel{Name: "isa-serial"}},
-		Log: &libvirtxml.DomainChardevLog{File: log, Append: "off"},
 	})
 	dev.Consoles = append(dev.Consoles, libvirtxml.DomainConsole{
 		Source: &libvirtxml.DomainChardevSource{UNIX: &libvirtxml.DomainChardevSourceUNIX{Mode: "bind", Path: socket}},

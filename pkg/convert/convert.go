@@ -30,11 +30,9 @@ type Paths struct {
 	CloudInitISO string
 	// NVRAM is the VM's own UEFI variable store; required for UEFI.
 	NVRAM string
-	// Console is the unix socket QEMU listens on for the serial console and
-	// ConsoleLog the file that records all the guest writes to it; both
+	// Console is the unix socket QEMU listens on for the serial console;
 	// required when Spec.Console is set.
-	Console    string
-	ConsoleLog string
+	Console string
 	// GuestAgent is the unix socket of the QEMU guest agent channel; "" for none.
 	GuestAgent string
 	// NICs maps each vmspec.NIC name to the tap the runtime made for it.
@@ -81,7 +79,7 @@ func steps(s vmspec.Spec, h host.Host, accel host.Accel, p Paths) []step {
 		}},
 		{"cloud-init", func(d *libvirtxml.Domain) error { return cloudInit(d, s.CloudInit != nil, p.CloudInitISO) }},
 		{"network", func(d *libvirtxml.Domain) error { return network(d, s.NICs, p.NICs) }},
-		{"console", func(d *libvirtxml.Domain) error { return console(d, s.Console, p.Console, p.ConsoleLog) }},
+		{"console", func(d *libvirtxml.Domain) error { return console(d, s.Console, p.Console) }},
 		{"guest agent", func(d *libvirtxml.Domain) error { return guestAgent(d, p.GuestAgent) }},
 		{"clock", func(d *libvirtxml.Domain) error { return clock(d, accel) }},
 		{"features", func(d *libvirtxml.Domain) error { return features(d) }},

@@ -32,7 +32,7 @@ func loadHost(t testing.TB, name string) host.Host {
 	return h
 }
 
-const state = "/run/vmpod/pods/0123abcd"
+const state = "/var/lib/vmpod/pods/0123abcd"
 
 // paths is what the runtime prepares for a VM whose image ships a kernel
 // and a disk.
@@ -40,16 +40,17 @@ func paths() convert.Paths {
 	return convert.Paths{
 		Kernel:       state + "/rootfs/boot/vmlinux",
 		Initrd:       state + "/rootfs/boot/initrd.img",
-		RootDisk:     state + "/disk.qcow2",
+		RootDisk:     state + "/vm/disk.qcow2",
 		BaseDisk:     state + "/rootfs/disk/disk.qcow2",
 		BaseFormat:   "qcow2",
-		Volumes:      map[string]string{"data": state + "/dev/data", "logs": state + "/dev/logs"},
-		CloudInitISO: state + "/cidata.iso",
-		NVRAM:        state + "/nvram.fd",
-		Console:      state + "/console.sock",
-		ConsoleLog:   state + "/console.log",
-		GuestAgent:   state + "/qga.sock",
+		Volumes:      map[string]string{"data": state + "/vm/dev/data", "logs": state + "/vm/dev/logs"},
+		CloudInitISO: state + "/vm/cidata.iso",
+		NVRAM:        state + "/vm/nvram.fd",
+		Console:      state + "/vm/console.sock",
+		GuestAgent:   state + "/vm/qga.sock",
 		NICs:         map[string]convert.NIC{"eth0": {Tap: "vmpod0", MAC: "0a:58:0a:f4:00:05", MTU: 1450}},
+		Emulator:     "/var/lib/vmpod/bin/vmpod-qemu",
+		EmulatorEnv:  []string{"VMPOD_JAIL=" + state + "/jail.json"},
 	}
 }
 

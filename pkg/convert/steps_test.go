@@ -194,13 +194,12 @@ func TestSteps(t *testing.T) {
 			}}}},
 		},
 		{
-			name:  "console on a unix socket, logged",
-			apply: func(d *libvirtxml.Domain) error { return console(d, true, "/s/c.sock", "/s/c.log") },
+			name:  "console on a unix socket, no QEMU log file",
+			apply: func(d *libvirtxml.Domain) error { return console(d, true, "/s/c.sock") },
 			want: libvirtxml.Domain{Devices: &libvirtxml.DomainDeviceList{
 				Serials: []libvirtxml.DomainSerial{{
 					Source: &libvirtxml.DomainChardevSource{UNIX: &libvirtxml.DomainChardevSourceUNIX{Mode: "bind", Path: "/s/c.sock"}},
 					Target: &libvirtxml.DomainSerialTarget{Type: "isa-serial", Port: &port, Model: &libvirtxml.DomainSerialTargetModel{Name: "isa-serial"}},
-					Log:    &libvirtxml.DomainChardevLog{File: "/s/c.log", Append: "off"},
 				}},
 				Consoles: []libvirtxml.DomainConsole{{
 					Source: &libvirtxml.DomainChardevSource{UNIX: &libvirtxml.DomainChardevSourceUNIX{Mode: "bind", Path: "/s/c.sock"}},
@@ -210,7 +209,22 @@ func TestSteps(t *testing.T) {
 		},
 		{
 			name:  "console off adds nothing",
-			apply: func(d *libvirtxml.Domain) error { return console(d, false, "", "") },
+			apply: func(d *libvirtxml.Domain) error { return console(d, false, "") },
+			want:  libvirtxml.Domain{},
+		},
+		{
+			name: "the jailer as emulator, its spec in its environment",
+			apply: func(d *libvirtxml.Domain) error {
+				return emulator(d, "/j/vmpod-qemu", []string{"VMPOD_JAIL=/j/jail.json"})
+			},
+			want: libvirtxml.Domain{
+				Devices:         &libvirtxml.DomainDeviceList{Emulator: "/j/vmpod-qemu"},
+				QEMUCommandline: &libvirtxml.DomainQEMUCommandline{Envs: []libvirtxml.DomainQEMUCommandlineEnv{{Name: "VMPOD_JAIL", Value: "/j/jail.json"}}},
+			},
+		},
+		{
+			name:  "no emulator stand-in keeps the node's QEMU",
+			apply: func(d *libvirtxml.Domain) error { return emulator(d, "", nil) },
 			want:  libvirtxml.Domain{},
 		},
 		{
@@ -286,8 +300,10 @@ func TestStepErrors(t *testing.T) {
 		}, errdefs.IsInternal, `paths: BaseDisk and BaseFormat (qcow2 or raw) is required`},
 		{"nic without tap", func(d *libvirtxml.Domain) error { return network(d, []vmspec.NIC{{Name: "eth0"}}, nil) },
 			errdefs.IsInternal, `paths: NICs["eth0"] with tap and MAC is required`},
-		{"console without socket", func(d *libvirtxml.Domain) error { return console(d, true, "", "") },
-			errdefs.IsInternal, "paths: Console and ConsoleLog is required"},
+		{"emulator environment without emulator", func(d *libvirtxml.Domain) error { return emulator(d, "", []string{"A=b"}) },
+			errdefs.IsInternal, "paths: Emulator (EmulatorEnv is set) is required"},
+		{"console without socket", func(d *libvirtxml.Domain) error { return console(d, true, "") },
+			errdefs.IsInternal, "paths: Console is required"},
 		{"cloud-init without seed", func(d *libvirtxml.Domain) error { return cloudInit(d, true, "") },
 			errdefs.IsInternal, "paths: CloudInitISO is required"},
 	}

@@ -6,33 +6,32 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/fifo"
-	"golang.org/x/sys/unix"
 )
 
-// console joins the guest's serial port (QEMU's unix socket) to the task's
-// stdio FIFOs: what the guest writes is the container's stdout (kubectl
-// logs), what is written to stdin reaches the guest (kubectl attach).
+// console joins the guest's serial port to the task's stdio FIFOs: what
+// the guest writes is the container's stdout (kubectl logs), what is
+// written to stdin reaches the guest (kubectl attach). The Machine owns the
+// connection to QEMU (and the serial log); the console gives it its output
+// writer before the VM starts and feeds it input once it runs.
 type console struct {
 	terminal bool
 	stdout   io.WriteCloser
 	stderr   io.WriteCloser
 	stdin    io.ReadCloser
 
-	mu     sync.Mutex
-	conn   net.Conn
-	copied chan struct{} // closed when guest output stops
+	mu   sync.Mutex
+	done <-chan struct{} // closed when guest output stops; nil before attach
 }
 
 // openConsole opens the FIFOs containerd made; "" paths are skipped.
 func openConsole(ctx context.Context, stdin, stdout, stderr string, terminal bool) (_ *console, retErr error) {
-	c := &console{terminal: terminal, copied: make(chan struct{})}
+	c := &console{terminal: terminal}
 	defer func() {
 		if retErr != nil {
 			c.close()
@@ -57,62 +56,28 @@ func openConsole(ctx context.Context, stdin, stdout, stderr string, terminal boo
 	return c, nil
 }
 
-// attach connects to QEMU's serial socket and starts copying. It runs while
-// the guest is paused, so the guest's first byte is not lost.
-func (c *console) attach(socket string) error {
-	var conn net.Conn
-	var err error
-	// QEMU listens before libvirt reports the domain started; a short
-	// bounded retry covers a slow filesystem.
-	for i := 0; i < 50; i++ {
-		if conn, err = dialNoFollow(socket); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
+// output is where the guest's console output goes: stdout, with CRLF
+// turned into LF unless the container has a terminal; nil without stdout.
+func (c *console) output() io.Writer {
+	if c.stdout == nil {
+		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("serial console %s: %v: %w", socket, err, errdefs.ErrUnavailable)
+	if !c.terminal {
+		return &crlfWriter{w: c.stdout}
 	}
-	c.mu.Lock()
-	c.conn = conn
-	c.mu.Unlock()
-	go func() {
-		defer close(c.copied)
-		if c.stdout == nil {
-			_, _ = io.Copy(io.Discard, conn)
-			return
-		}
-		var w io.Writer = c.stdout
-		if !c.terminal {
-			w = &crlfWriter{w: c.stdout}
-		}
-		_, _ = io.Copy(w, conn)
-	}()
-	if c.stdin != nil {
-		go func() { _, _ = io.Copy(conn, c.stdin) }()
-	}
-	return nil
+	return c.stdout
 }
 
-// dialNoFollow connects to the unix socket at path, which must be a socket
-// and not a link: path is in the VM's dir, which QEMU owns, and a QEMU
-// that made it a link to a host socket would have the shim talk to it.
-func dialNoFollow(path string) (net.Conn, error) {
-	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
+// attach starts feeding stdin to the guest (in may be nil: no console) and
+// remembers when the guest's output ends.
+func (c *console) attach(in io.Writer, done <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.done = done
+	if c.stdin != nil && in != nil {
+		stdin := c.stdin
+		go func() { _, _ = io.Copy(in, stdin) }()
 	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, err
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
-		return nil, fmt.Errorf("%s is not a socket", path)
-	}
-	// connect(2) through the descriptor's magic link reaches the very
-	// socket checked above.
-	return net.Dial("unix", fmt.Sprintf("/proc/self/fd/%d", fd))
 }
 
 // closeStdin stops forwarding input (CloseIO).
@@ -126,16 +91,16 @@ func (c *console) closeStdin() {
 }
 
 // drain waits, bounded, for the guest's last output to reach stdout after
-// QEMU exited (its socket then reports EOF).
+// QEMU exited.
 func (c *console) drain(timeout time.Duration) {
 	c.mu.Lock()
-	attached := c.conn != nil
+	done := c.done
 	c.mu.Unlock()
-	if !attached {
+	if done == nil {
 		return
 	}
 	select {
-	case <-c.copied:
+	case <-done:
 	case <-time.After(timeout):
 	}
 }
@@ -145,12 +110,12 @@ func (c *console) close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var errs []error
-	for _, cl := range []io.Closer{c.conn, c.stdin, c.stdout, c.stderr} {
+	for _, cl := range []io.Closer{c.stdin, c.stdout, c.stderr} {
 		if cl != nil {
 			errs = append(errs, cl.Close())
 		}
 	}
-	c.conn, c.stdin, c.stdout, c.stderr = nil, nil, nil, nil
+	c.stdin, c.stdout, c.stderr = nil, nil, nil
 	_ = errors.Join(errs...)
 }
 

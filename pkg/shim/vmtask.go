@@ -139,7 +139,8 @@ func createVM(ctx context.Context, p *pod, r *taskAPI.CreateTaskRequest, oci *sp
 	if err := v.ckpt.save(); err != nil {
 		return nil, fmt.Errorf("checkpoint: %v: %w", err, errdefs.ErrInternal)
 	}
-	v.machine, err = rt.Create(ctx, vm.Config{Spec: spec, Host: h, Image: img, Layout: p.layout(), NICs: nics, Volumes: vols, Jail: qemuJail})
+	v.machine, err = rt.Create(ctx, vm.Config{Spec: spec, Host: h, Image: img, Layout: p.layout(), NICs: nics, Volumes: vols, Jail: qemuJail,
+		ConsoleOut: v.console.output()})
 	if err != nil {
 		return nil, err
 	}
@@ -261,7 +262,7 @@ func (v *vmTask) makeDevices(oci *specs.Spec) (map[string]string, error) {
 
 // start boots the VM. Between QEMU's start and the guest's first
 // instruction QEMU moves into the container's cgroup with its memory limit
-// and the console attaches.
+// (and the Machine attaches the console, writing to the task's stdout).
 func (v *vmTask) start(ctx context.Context) (uint32, error) {
 	prepare := func(ctx context.Context, pid int) error {
 		cg, err := podcgroup.Enter(v.cgPath, pid, podcgroup.Limits{MemoryBytes: v.limit, CPU: v.cpu})
@@ -269,14 +270,12 @@ func (v *vmTask) start(ctx context.Context) (uint32, error) {
 			return fmt.Errorf("move QEMU %d into the container's cgroup: %w", pid, err)
 		}
 		v.cgroup = cg
-		if v.spec.Console {
-			return v.console.attach(v.pod.layout().Console())
-		}
 		return nil
 	}
 	if err := v.machine.Start(ctx, prepare); err != nil {
 		return 0, err
 	}
+	v.console.attach(v.machine.ConsoleInput(), v.machine.ConsoleDone())
 	pid, err := v.machine.PID(ctx)
 	if err != nil {
 		return 0, err

@@ -3,6 +3,7 @@ package vm_test
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -252,6 +253,10 @@ type console struct {
 	path  string
 	mu    sync.Mutex
 	lines []timedLine
+	// The log file read so far: its inode (the runtime rotates it) and
+	// how many of its lines are in lines.
+	ino  uint64
+	seen int
 }
 
 type timedLine struct {
@@ -288,19 +293,31 @@ func (c *console) waitFor(ctx context.Context, t testing.TB, marker string) time
 		select {
 		case <-ctx.Done():
 			c.mu.Lock()
-			var all []string
-			for _, l := range c.lines {
-				all = append(all, l.text)
+			var tail []string
+			for _, l := range c.lines[max(0, len(c.lines)-40):] {
+				if len(l.text) > 200 {
+					l.text = l.text[:200] + "..."
+				}
+				tail = append(tail, l.text)
 			}
 			c.mu.Unlock()
-			t.Fatalf("no %q on the console: %v\nconsole:\n%s", marker, ctx.Err(), strings.Join(all, "\n"))
+			t.Fatalf("no %q on the console: %v\nconsole (last 40 lines):\n%s", marker, ctx.Err(), strings.Join(tail, "\n"))
 		case <-tick.C:
 		}
 	}
 }
 
 func (c *console) poll() {
-	data, err := os.ReadFile(c.path)
+	f, err := os.Open(c.path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		return
+	}
+	data, err := io.ReadAll(f)
 	if err != nil {
 		return
 	}
@@ -309,9 +326,13 @@ func (c *console) poll() {
 	lines = lines[:len(lines)-1] // the last one is not complete yet
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, l := range lines[min(len(c.lines), len(lines)):] {
+	if st.Ino != c.ino { // rotated: a new file
+		c.ino, c.seen = st.Ino, 0
+	}
+	for _, l := range lines[min(c.seen, len(lines)):] {
 		c.lines = append(c.lines, timedLine{at: now, text: strings.TrimRight(l, "\r")})
 	}
+	c.seen = max(c.seen, len(lines))
 }
 
 // BenchmarkBoot boots the test guest b.N times (make bench: 3) and reports

@@ -26,8 +26,10 @@ func (l Layout) Overlay() string { return filepath.Join(l.VMDir(), "disk.qcow2")
 // Console is the unix socket QEMU serves the serial console on.
 func (l Layout) Console() string { return filepath.Join(l.VMDir(), "console.sock") }
 
-// ConsoleLog records everything the guest writes to its serial console.
-func (l Layout) ConsoleLog() string { return filepath.Join(l.VMDir(), "console.log") }
+// ConsoleLog records what the guest writes to its serial console, capped
+// and rotated into ConsoleLog()+".1". The runtime writes it, outside the
+// VM dir: QEMU never sees it.
+func (l Layout) ConsoleLog() string { return filepath.Join(l.Dir, "console.log") }
 
 // GuestAgent is the QEMU guest agent channel's socket.
 func (l Layout) GuestAgent() string { return filepath.Join(l.VMDir(), "qga.sock") }
@@ -74,7 +76,6 @@ func (l Layout) Paths(s vmspec.Spec, img Image) convert.Paths {
 		Initrd:     img.Initrd,
 		NVRAM:      l.NVRAM(),
 		Console:    l.Console(),
-		ConsoleLog: l.ConsoleLog(),
 		GuestAgent: l.GuestAgent(),
 	}
 	if img.Disk != "" {

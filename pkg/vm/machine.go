@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/containerd/errdefs"
 
@@ -33,6 +35,11 @@ type Config struct {
 	MemoryLimit uint64
 	// Jail confines QEMU; required.
 	Jail Jail
+	// ConsoleOut receives what the guest writes on its serial console,
+	// from its first byte (nil: the log only). ConsoleLogBytes caps each
+	// of the log's two files (0: DefaultConsoleLogBytes).
+	ConsoleOut      io.Writer
+	ConsoleLogBytes int64
 }
 
 // Jail is how QEMU is confined (pkg/jail).
@@ -58,6 +65,12 @@ type Machine struct {
 	name   string
 	layout Layout
 	limit  uint64
+
+	// The serial console, when the spec has one: attached at Start.
+	consoleSocket   string
+	consoleOut      io.Writer
+	consoleLogBytes int64
+	console         *console
 
 	exited chan struct{} // closed when the VM stops after a Start
 	mu     sync.Mutex
@@ -120,7 +133,11 @@ func (rt *Runtime) Create(ctx context.Context, cfg Config) (_ *Machine, retErr e
 	if err := hv.Define(ctx, xml); err != nil {
 		return nil, err
 	}
-	m := &Machine{rt: rt, hv: hv, name: cfg.Spec.Name, layout: l, limit: cfg.MemoryLimit, exited: make(chan struct{})}
+	m := &Machine{rt: rt, hv: hv, name: cfg.Spec.Name, layout: l, limit: cfg.MemoryLimit, exited: make(chan struct{}),
+		consoleOut: cfg.ConsoleOut, consoleLogBytes: cfg.ConsoleLogBytes}
+	if cfg.Spec.Console {
+		m.consoleSocket = l.Console()
+	}
 	rt.add(m)
 	return m, nil
 }
@@ -171,9 +188,9 @@ func (m *Machine) stopped(r virt.StopReason) {
 type Prepare func(ctx context.Context, pid int) error
 
 // Start boots the VM: QEMU starts with its vCPUs stopped, gets its memory
-// limit (live, because the limit in the XML needs CAP_SYS_RESOURCE) and
-// whatever prepare does, then runs. If any of that fails the VM is stopped
-// again. prepare may be nil.
+// limit (live, because the limit in the XML needs CAP_SYS_RESOURCE), its
+// serial console attached and whatever prepare does, then runs. If any of
+// that fails the VM is stopped again. prepare may be nil.
 func (m *Machine) Start(ctx context.Context, prepare Prepare) (retErr error) {
 	if err := m.hv.Start(ctx, m.name, virt.StartOptions{Paused: true}); err != nil {
 		return err
@@ -188,6 +205,15 @@ func (m *Machine) Start(ctx context.Context, prepare Prepare) (retErr error) {
 			return err
 		}
 	}
+	if m.consoleSocket != "" {
+		c, err := attachConsole(m.consoleSocket, m.layout.ConsoleLog(), m.consoleLogBytes, m.consoleOut)
+		if err != nil {
+			return err
+		}
+		m.mu.Lock()
+		m.console = c
+		m.mu.Unlock()
+	}
 	if prepare != nil {
 		pid, err := m.PID(ctx)
 		if err != nil {
@@ -198,6 +224,30 @@ func (m *Machine) Start(ctx context.Context, prepare Prepare) (retErr error) {
 		}
 	}
 	return m.hv.Resume(ctx, m.name)
+}
+
+// ConsoleInput is where to write to the guest's serial console; nil
+// before Start or without a console.
+func (m *Machine) ConsoleInput() io.Writer {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.console == nil {
+		return nil
+	}
+	return m.console.conn
+}
+
+// ConsoleDone is closed once the guest's last console output was copied
+// (QEMU exited); it is closed already without a console.
+func (m *Machine) ConsoleDone() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.console == nil {
+		done := make(chan struct{})
+		close(done)
+		return done
+	}
+	return m.console.done
 }
 
 // PID is QEMU's process id, 0 when the VM is not running.
@@ -240,12 +290,22 @@ func (m *Machine) Wait(ctx context.Context) (Exit, error) {
 func (m *Machine) Delete(ctx context.Context) error {
 	defer m.rt.remove(m)
 	errs := []error{m.hv.Destroy(ctx, m.name)}
+	m.mu.Lock()
+	if m.console != nil {
+		m.console.close()
+		// Bounded: the copy may be stuck writing to a stdout nobody reads.
+		select {
+		case <-m.console.done:
+		case <-time.After(2 * time.Second):
+		}
+	}
+	m.mu.Unlock()
 	if err := m.hv.Undefine(ctx, m.name); err != nil && !errdefs.IsNotFound(err) {
 		errs = append(errs, err)
 	}
 	l := m.layout
 	errs = append(errs, os.RemoveAll(l.VMDir()), os.RemoveAll(l.JailDevices()))
-	for _, f := range []string{l.JailSpec(), l.JailRoot()} {
+	for _, f := range []string{l.JailSpec(), l.JailRoot(), l.ConsoleLog(), l.ConsoleLog() + ".1"} {
 		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}

@@ -1,0 +1,180 @@
+package vm
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
+)
+
+// DefaultConsoleLogBytes caps each of the serial log's two files
+// (console.log and console.log.1): a guest that floods its console costs
+// the node at most twice this on disk.
+const DefaultConsoleLogBytes = 4 << 20
+
+// console is the guest's serial port for the life of one QEMU: the runtime
+// connects to QEMU's socket before the guest runs, so nothing is lost, and
+// copies what the guest writes to a capped, rotated log and to the
+// runtime's writer (the container's stdout).
+type console struct {
+	conn net.Conn
+	log  *rotatingLog
+	out  io.Writer
+	done chan struct{}
+}
+
+// attachConsole connects to socket; out may be nil.
+func attachConsole(socket, logPath string, logBytes int64, out io.Writer) (*console, error) {
+	var conn net.Conn
+	var err error
+	// QEMU listens before libvirt reports the domain started; a short
+	// bounded retry covers a slow filesystem.
+	for i := 0; i < 50; i++ {
+		if conn, err = dialNoFollow(socket); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("serial console %s: %v: %w", socket, err, errdefs.ErrUnavailable)
+	}
+	log, err := openRotatingLog(logPath, logBytes)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("serial log: %v: %w", err, errdefs.ErrInternal)
+	}
+	c := &console{conn: conn, log: log, out: out, done: make(chan struct{})}
+	go c.copy()
+	return c, nil
+}
+
+// copy runs until QEMU closes the socket (it exited) or close. A writer
+// that fails (a stdout nobody reads any more) is dropped; the log goes on.
+func (c *console) copy() {
+	defer close(c.done)
+	defer c.log.Close()
+	buf := make([]byte, 32<<10)
+	out := c.out
+	for {
+		n, err := c.conn.Read(buf)
+		if n > 0 {
+			_, _ = c.log.Write(buf[:n])
+			if out != nil {
+				if _, werr := out.Write(buf[:n]); werr != nil {
+					out = nil
+				}
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// close disconnects; the copy ends.
+func (c *console) close() { c.conn.Close() }
+
+// dialNoFollow connects to the unix socket at path, which must be a socket
+// and not a link: path is in the VM's dir, which QEMU owns, and a QEMU that
+// made it a link to a host socket would have the runtime talk to it.
+func dialNoFollow(path string) (net.Conn, error) {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return nil, fmt.Errorf("%s is not a socket", path)
+	}
+	// connect(2) through the descriptor's magic link reaches the very
+	// socket checked above.
+	return net.Dial("unix", fmt.Sprintf("/proc/self/fd/%d", fd))
+}
+
+// rotatingLog is a file that, at max bytes, becomes path.1 (replacing the
+// previous one) and starts over.
+type rotatingLog struct {
+	mu   sync.Mutex
+	path string
+	max  int64
+	f    *os.File
+	size int64
+}
+
+func openRotatingLog(path string, max int64) (*rotatingLog, error) {
+	if max <= 0 {
+		max = DefaultConsoleLogBytes
+	}
+	l := &rotatingLog{path: path, max: max}
+	if err := l.open(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func (l *rotatingLog) open() error {
+	f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	l.f, l.size = f, 0
+	return nil
+}
+
+func (l *rotatingLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f == nil {
+		return 0, os.ErrClosed
+	}
+	written := 0
+	for len(p) > 0 {
+		if l.size >= l.max {
+			if err := l.rotate(); err != nil {
+				return written, err
+			}
+		}
+		n := min(int64(len(p)), l.max-l.size)
+		m, err := l.f.Write(p[:n])
+		written += m
+		l.size += int64(m)
+		if err != nil {
+			return written, err
+		}
+		p = p[n:]
+	}
+	return written, nil
+}
+
+func (l *rotatingLog) rotate() error {
+	err := l.f.Close()
+	l.f = nil
+	if rerr := os.Rename(l.path, l.path+".1"); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+		err = errors.Join(err, rerr)
+	}
+	if oerr := l.open(); oerr != nil {
+		return errors.Join(err, oerr)
+	}
+	return err
+}
+
+func (l *rotatingLog) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f == nil {
+		return nil
+	}
+	err := l.f.Close()
+	l.f = nil
+	return err
+}
