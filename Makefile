@@ -67,6 +67,8 @@ fuzz:
 # Boot benchmarks run 3 boots each and report medians.
 bench: deps guest
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/convert
+	$(GO) test -run '^$$' -bench 'BenchmarkJail|BenchmarkNoJail' -benchtime 50x ./pkg/jail
+	$(GO) test -run '^$$' -bench BenchmarkImageIntake -benchtime 20x ./pkg/vm
 	$(GO) test -run '^$$' -bench BenchmarkBoot -benchtime 3x ./pkg/vm
 	$(GO) test -run '^$$' -bench BenchmarkShim -benchtime 3x ./pkg/shim
 	$(GO) test -run '^$$' -bench BenchmarkFilterScore -benchmem ./pkg/scheduler/vmplacement

@@ -61,7 +61,7 @@ type testJail struct {
 	hostFile string // a host file the jail must not show
 }
 
-func newTestJail(t *testing.T) testJail {
+func newTestJail(t testing.TB) testJail {
 	t.Helper()
 	dir := t.TempDir()
 	j := testJail{vmDir: filepath.Join(dir, "pod", "vm"), image: filepath.Join(dir, "rootfs", "disk", "disk.img"),
@@ -242,4 +242,46 @@ func mustStat(t *testing.T, p string) fileStat {
 	}
 	st := fi.Sys().(*syscall.Stat_t)
 	return fileStat{uid: st.Uid, gid: st.Gid}
+}
+
+// BenchmarkJail is what the jail adds to QEMU's start (make bench): the
+// jailer's setup (chown, mount namespace, root, credentials) and exec of
+// /usr/bin/true, next to the plain exec in BenchmarkNoJail.
+func BenchmarkJail(b *testing.B) {
+	if os.Getuid() != 0 {
+		b.Skip("the jailer needs root")
+	}
+	j := newTestJail(b)
+	j.spec.QEMU = "/usr/bin/true"
+	exe, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	link := filepath.Join(dir, jail.EmulatorName)
+	if err := os.Symlink(exe, link); err != nil {
+		b.Fatal(err)
+	}
+	spec := filepath.Join(dir, "jail.json")
+	if err := jail.Write(spec, j.spec); err != nil {
+		b.Fatal(err)
+	}
+	if err := jail.Prepare(j.spec); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		cmd := exec.Command(link)
+		cmd.Env = []string{jail.EnvSpec + "=" + spec}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("%v: %s", err, out)
+		}
+	}
+}
+
+func BenchmarkNoJail(b *testing.B) {
+	for b.Loop() {
+		if out, err := exec.Command("/usr/bin/true").CombinedOutput(); err != nil {
+			b.Fatalf("%v: %s", err, out)
+		}
+	}
 }

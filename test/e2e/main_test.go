@@ -209,3 +209,25 @@ func missing(a, b []string) []string {
 	}
 	return out
 }
+
+// qemuStatusScript prints, on the node, the QEMU of domain $2 (under state
+// root $1): its /proc status, then "lease <uid>" (the uid leased to its
+// pod), "own-mntns yes|no" and "host-passwd yes|no" (whether its root
+// shows /etc/passwd).
+const qemuStatusScript = `
+state=$1 domain=$2
+for d in /proc/[0-9]*; do
+  mapfile -d '' -t argv 2>/dev/null <"$d/cmdline" || continue
+  case "${argv[0]##*/}" in qemu-system-*) ;; *) continue ;; esac
+  case " ${argv[*]} " in *" guest=$domain,"*) ;; *) continue ;; esac
+  cat "$d/status"
+  for f in "$state"/uids/[0-9]*; do
+    case " ${argv[*]} " in *"$(cat "$f")/"*) echo "lease ${f##*/}" ;; esac
+  done
+  if [ "$(readlink "$d/ns/mnt")" != "$(readlink /proc/self/ns/mnt)" ]; then echo "own-mntns yes"; else echo "own-mntns no"; fi
+  if [ -e "$d/root/etc/passwd" ]; then echo "host-passwd yes"; else echo "host-passwd no"; fi
+  exit 0
+done
+echo "no QEMU for domain $domain" >&2
+exit 1
+`

@@ -61,6 +61,35 @@ func TestVMPod(t *testing.T) {
 		}
 	})
 
+	t.Run("QEMU runs jailed", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		out, err := onNode(ctx, qemuStatusScript, stateRoot, vmspec.DomainName(p.Namespace, p.Name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := map[string]string{}
+		for _, line := range strings.Split(out, "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok {
+				f[k] = strings.TrimSpace(v)
+			} else if k, v, ok := strings.Cut(line, " "); ok {
+				f[k] = v
+			}
+		}
+		uid := f["lease"]
+		if uid == "" || uid == "0" {
+			t.Fatalf("no uid lease for the pod's QEMU:\n%s", out)
+		}
+		ids := strings.Repeat(uid+"\t", 3) + uid
+		for k, want := range map[string]string{"Uid": ids, "Gid": ids, "CapEff": "0000000000000000",
+			"CapPrm": "0000000000000000", "CapBnd": "0000000000000000", "Seccomp": "2", "NoNewPrivs": "1",
+			"own-mntns": "yes", "host-passwd": "no"} {
+			if f[k] != want {
+				t.Errorf("QEMU %s: %q, want %q", k, f[k], want)
+			}
+		}
+	})
+
 	t.Run("delete shuts the guest down by ACPI", func(t *testing.T) {
 		rest := followLog(t, pod.Name)
 		took := deletePod(t, pod.Name)
