@@ -68,18 +68,8 @@ func createVM(ctx context.Context, p *pod, r *taskAPI.CreateTaskRequest, oci *sp
 	if err != nil {
 		return nil, fmt.Errorf("the VM cannot be charged to its pod: %w", err)
 	}
-	rt, h, err := p.hypervisor(ctx)
-	if err != nil {
-		return nil, err
-	}
-	v := &vmTask{pod: p, spec: spec, task: t, limit: spec.MemoryBytes + overhead(spec, h), cgPath: cgPath, cpu: cpu}
+	v := &vmTask{pod: p, spec: spec, task: t, cgPath: cgPath, cpu: cpu}
 	v.ckpt = checkpoint{ID: r.ID, Kind: "vm", Bundle: r.Bundle, PodDir: p.dir, Domain: spec.Name, Netns: p.netns, Cgroup: cgPath.Raw}
-	// The kubelet set the pod cgroup's limit to the pod's limits plus the
-	// RuntimeClass overhead; a VM that cannot fit its overhead in it would
-	// be OOM-killed at some point of its life, so it is refused now.
-	if err := overheadModel(spec, h).CheckPodLimit(podcgroup.MemoryLimit(v.cgPath.PodDir()), spec.MemoryBytes, spec.VCPUs); err != nil {
-		return nil, err
-	}
 	defer func() {
 		if retErr == nil {
 			return
@@ -96,6 +86,7 @@ func createVM(ctx context.Context, p *pod, r *taskAPI.CreateTaskRequest, oci *sp
 		}
 	}()
 
+	// The image first: a refused one costs no libvirt.
 	rootfs := filepath.Join(r.Bundle, "rootfs")
 	if len(r.Rootfs) > 0 {
 		if err := mount.All(mount.FromProto(r.Rootfs), rootfs); err != nil {
@@ -108,9 +99,21 @@ func createVM(ctx context.Context, p *pod, r *taskAPI.CreateTaskRequest, oci *sp
 			rootfs = filepath.Join(r.Bundle, rootfs)
 		}
 	}
-	img, err := vm.FindImage(rootfs)
+	img, err := vm.InspectImage(ctx, rootfs)
 	if err != nil {
 		return nil, fmt.Errorf("image %s: %w", spec.Image, err)
+	}
+
+	rt, h, err := p.hypervisor(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v.limit = spec.MemoryBytes + overhead(spec, h)
+	// The kubelet set the pod cgroup's limit to the pod's limits plus the
+	// RuntimeClass overhead; a VM that cannot fit its overhead in it would
+	// be OOM-killed at some point of its life, so it is refused now.
+	if err := overheadModel(spec, h).CheckPodLimit(podcgroup.MemoryLimit(v.cgPath.PodDir()), spec.MemoryBytes, spec.VCPUs); err != nil {
+		return nil, err
 	}
 	qemuJail, err := p.qemuJail()
 	if err != nil {

@@ -1,6 +1,7 @@
 package vm
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -25,6 +26,25 @@ type Image struct {
 	Disk string
 	// DiskFormat is "qcow2" or "raw", from the file name.
 	DiskFormat string
+	// DiskSize is the disk's virtual size once InspectImage checked it; 0
+	// before.
+	DiskSize uint64
+}
+
+// InspectImage is FindImage, then the check of the disk's content
+// (inspectDisk): everything the runtime refuses in an image, before a VM
+// is made for it.
+func InspectImage(ctx context.Context, rootfs string) (Image, error) {
+	img, err := FindImage(rootfs)
+	if err != nil || img.Disk == "" {
+		return img, err
+	}
+	info, err := inspectDisk(ctx, img.Disk, img.DiskFormat)
+	if err != nil {
+		return Image{}, err
+	}
+	img.DiskSize = info.VirtualSize
+	return img, nil
 }
 
 var diskFormats = map[string]string{".qcow2": "qcow2", ".raw": "raw", ".img": "raw"}
