@@ -6,8 +6,9 @@
 #
 #   vmpod-installer.sh install     install (idempotent) and exit
 #   vmpod-installer.sh uninstall   remove what install added and exit
-#   vmpod-installer.sh run         install, then wait; on SIGTERM uninstall
-#                                  if VMPOD_UNINSTALL_ON_STOP is true
+#   vmpod-installer.sh run         install (or, with VMPOD_RUN_MODE=uninstall,
+#                                  uninstall), then wait; on SIGTERM uninstall
+#                                  only if VMPOD_UNINSTALL_ON_STOP is true
 #
 # Environment (defaults in brackets):
 #   HOST_ROOT                 the host's / [/host]
@@ -21,7 +22,17 @@
 #                             through PID 1's mount namespace) or none [systemctl]
 #   CHECK_HOST                true: refuse to install where QEMU or libvirt's
 #                             QEMU driver is missing [true]
-#   VMPOD_UNINSTALL_ON_STOP   true: `run` uninstalls when the pod stops [true]
+#   VMPOD_RUN_MODE            what `run` does before it waits: install or
+#                             uninstall [install]
+#   VMPOD_UNINSTALL_ON_STOP   true: `run` uninstalls when the pod stops [false]
+#
+# A pod stops for a DaemonSet rollout, a node drain or a kubelet restart
+# as much as for a delete, and cannot tell which: uninstalling then would
+# restart containerd and take the runtime from the node's VM pods for
+# nothing. So `run` leaves the runtime in place when it stops, and removing
+# vmpod from the nodes is a step of its own (docs/install.md): set
+# VMPOD_RUN_MODE=uninstall on the DaemonSet, wait for its rollout, then
+# delete it.
 #
 # The runtime goes into containerd's config as one block between marker
 # lines, in the layout of the file's `version`: version 2 (containerd 1.7,
@@ -39,7 +50,8 @@ CONTAINERD_CONFIG=${CONTAINERD_CONFIG:-/etc/containerd/config.toml}
 CRIO_CONFIG_DIR=${CRIO_CONFIG_DIR:-/etc/crio/crio.conf.d}
 RESTART_CONTAINERD=${RESTART_CONTAINERD:-systemctl}
 CHECK_HOST=${CHECK_HOST:-true}
-VMPOD_UNINSTALL_ON_STOP=${VMPOD_UNINSTALL_ON_STOP:-true}
+VMPOD_RUN_MODE=${VMPOD_RUN_MODE:-install}
+VMPOD_UNINSTALL_ON_STOP=${VMPOD_UNINSTALL_ON_STOP:-false}
 
 BEGIN='# BEGIN vmpod runtime (added by the vmpod installer; removed on uninstall)'
 END='# END vmpod runtime'
@@ -99,7 +111,34 @@ $END
 EOF
 }
 
-# without_block FILE: FILE's content without the installer's block.
+# check_markers: refuse a containerd config whose marker lines do not make
+# exactly one whole block (or none). without_block's sed range deletes from
+# a BEGIN to the next END, or to the end of the file when there is none:
+# with a lone BEGIN it would cut the rest of the config away.
+check_markers() {
+	[ -f "$config" ] || return 0
+	begins=$(grep -c -x -F -e "$BEGIN" "$config" || true)
+	ends=$(grep -c -x -F -e "$END" "$config" || true)
+	problem=
+	if [ "$begins" -gt 1 ] || [ "$ends" -gt 1 ]; then
+		problem="it has $begins BEGIN and $ends END vmpod marker lines, want one block at most"
+	elif [ "$begins" -ne "$ends" ]; then
+		if [ "$begins" -eq 1 ]; then
+			problem="it has the BEGIN vmpod marker line without its END line"
+		else
+			problem="it has the END vmpod marker line without its BEGIN line"
+		fi
+	elif [ "$begins" -eq 1 ]; then
+		b=$(grep -n -x -F -e "$BEGIN" "$config" | cut -d: -f1)
+		e=$(grep -n -x -F -e "$END" "$config" | cut -d: -f1)
+		[ "$b" -lt "$e" ] || problem="its END vmpod marker line (line $e) comes before its BEGIN line (line $b)"
+	fi
+	[ -z "$problem" ] ||
+		die "$CONTAINERD_CONFIG: $problem; not editing it. Fix the file by hand: the installer's block is the lines from '$BEGIN' to '$END'"
+}
+
+# without_block FILE: FILE's content without the installer's block
+# (check_markers first).
 without_block() { sed "\\|^$BEGIN\$|,\\|^$END\$|d" "$1"; }
 
 # write_config CONTENT-FILE: replace the config atomically (same directory).
@@ -131,6 +170,7 @@ install_shim() {
 
 # configure: add the runtime block; sets changed=true when the file changed.
 configure() {
+	check_markers
 	mkdir -p "$(dirname "$config")"
 	new=$(mktemp)
 	if [ -f "$config" ]; then
@@ -209,6 +249,7 @@ unconfigure_crio() {
 
 unconfigure() {
 	[ -f "$config" ] || return 0
+	check_markers
 	new=$(mktemp)
 	without_block "$config" >"$new"
 	if cmp -s "$new" "$config"; then
@@ -259,17 +300,38 @@ case ${1:-} in
 install) do_install ;;
 uninstall) do_uninstall ;;
 run)
-	do_install
+	case $VMPOD_RUN_MODE in
+	install)
+		do_install
+		ready="installed; waiting"
+		;;
+	uninstall)
+		do_uninstall
+		ready="VMPOD_RUN_MODE=uninstall: vmpod is off this node; waiting (delete the DaemonSet now)"
+		;;
+	*) die "VMPOD_RUN_MODE=$VMPOD_RUN_MODE: want install or uninstall" ;;
+	esac
+	sleeper=
 	stop() {
-		if [ "$VMPOD_UNINSTALL_ON_STOP" = true ]; then do_uninstall; fi
+		# The sleep would outlive the script (and hold its stdout open).
+		if [ -n "$sleeper" ]; then kill "$sleeper" 2>/dev/null || true; fi
+		if [ "$VMPOD_UNINSTALL_ON_STOP" = true ]; then
+			do_uninstall
+		else
+			log "stopping; vmpod stays installed (VMPOD_UNINSTALL_ON_STOP=$VMPOD_UNINSTALL_ON_STOP)"
+		fi
 		exit 0
 	}
 	trap stop TERM INT
-	log "installed; waiting (SIGTERM uninstalls: VMPOD_UNINSTALL_ON_STOP=$VMPOD_UNINSTALL_ON_STOP)"
-	# sleep in the background so the trap runs as soon as the signal comes.
+	# sleep in the background so the trap runs as soon as the signal comes;
+	# the first one starts before the pod says it is ready.
+	sleep 3600 &
+	sleeper=$!
+	log "$ready"
 	while :; do
+		wait "$sleeper" || true
 		sleep 3600 &
-		wait $! || true
+		sleeper=$!
 	done
 	;;
 *)

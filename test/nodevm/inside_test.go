@@ -204,13 +204,23 @@ KillMode=process
 	stopSlice(t, slice)
 	fact("systemd: after rm: no QEMU, shim, scope, cgroup or pod state left")
 
-	// The DaemonSet's pod stops: the installer takes vmpod out again.
+	// The DaemonSet's pod stops (as for a rollout): vmpod stays.
 	must(t, installer.Process.Signal(syscall.SIGTERM))
 	if err := waitExit(installer, time.Minute); err != nil {
 		t.Errorf("the installer did not stop cleanly: %v", err)
 	}
-	if got := readFile(t, "/etc/containerd/config.toml"); got != kindConfig {
-		t.Errorf("after uninstall containerd's config is not kind's again:\n%s", got)
+	if got := readFile(t, "/etc/containerd/config.toml"); !strings.Contains(got, "io.containerd.vmpod.v2") {
+		t.Errorf("the installer's pod stopping took vmpod out of containerd's config:\n%s", got)
+	}
+	// The documented uninstall: the DaemonSet's pod with
+	// VMPOD_RUN_MODE=uninstall takes vmpod out again.
+	uninstaller := startInstaller(t, repo, "VMPOD_RUN_MODE=uninstall")
+	waitFor(t, "the installer to take vmpod out of containerd's config", 2*time.Minute, func() bool {
+		return readFile(t, "/etc/containerd/config.toml") == kindConfig
+	})
+	must(t, uninstaller.Process.Signal(syscall.SIGTERM))
+	if err := waitExit(uninstaller, time.Minute); err != nil {
+		t.Errorf("the uninstalling installer did not stop cleanly: %v", err)
 	}
 	fact("systemd: whole run %.1fs", time.Since(start).Seconds())
 }
@@ -283,8 +293,8 @@ func cgroupfsNode(t *testing.T, fact func(string, ...any)) {
 
 // startInstaller runs manifests/installer's container as the DaemonSet
 // would: its command, its environment, / at its host mount, in a mount
-// namespace of its own.
-func startInstaller(t *testing.T, repo string) *exec.Cmd {
+// namespace of its own; env is added to the DaemonSet's environment.
+func startInstaller(t *testing.T, repo string, env ...string) *exec.Cmd {
 	t.Helper()
 	var ds appsv1.DaemonSet
 	must(t, yaml.Unmarshal([]byte(readFile(t, filepath.Join(repo, "manifests", "installer", "installer.yaml"))), &ds))
@@ -318,7 +328,8 @@ func startInstaller(t *testing.T, repo string) *exec.Cmd {
 	for _, e := range c.Env {
 		cmd.Env = append(cmd.Env, e.Name+"="+e.Value)
 	}
-	log, err := os.Create(filepath.Join(nodevm.ShareDir, "installer.log"))
+	cmd.Env = append(cmd.Env, env...) // the last of a name counts
+	log, err := os.OpenFile(filepath.Join(nodevm.ShareDir, "installer.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	must(t, err)
 	cmd.Stdout, cmd.Stderr = log, log
 	must(t, cmd.Start())
