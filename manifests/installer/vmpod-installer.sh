@@ -300,6 +300,10 @@ case ${1:-} in
 install) do_install ;;
 uninstall) do_uninstall ;;
 run)
+	# A stop that comes while the node is being changed waits for the
+	# change (a config write and a containerd restart) to finish.
+	stopping=
+	trap 'stopping=1' TERM INT
 	case $VMPOD_RUN_MODE in
 	install)
 		do_install
@@ -323,6 +327,7 @@ run)
 		exit 0
 	}
 	trap stop TERM INT
+	if [ -n "$stopping" ]; then stop; fi
 	# sleep in the background so the trap runs as soon as the signal comes;
 	# the first one starts before the pod says it is ready.
 	sleep 3600 &
