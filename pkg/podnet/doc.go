@@ -63,7 +63,10 @@
 // kernel these tests were written on has none of them). A missing feature
 // is named in Attach's error.
 //
+// Detach undoes an Attach from what is on the node alone, for a process
+// that holds no Attachment (the cleanup after a dead shim).
+//
 // podnet may import the standard library, golang.org/x/sys,
-// github.com/vishvananda/netlink and github.com/insomniacslk/dhcp. It
+// github.com/vishvananda/netlink and netns, and github.com/insomniacslk/dhcp. It
 // imports no other vmpod package; pkg/vm (or the shim) imports it.
 package podnet

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/vmpod/vmpod/pkg/vm"
 )
 
 // checkpointVersion is bumped when the checkpoint's meaning changes; a
@@ -20,16 +22,9 @@ type checkpoint struct {
 	Kind    string `json:"kind"` // "sandbox" or "vm"
 	Bundle  string `json:"bundle"`
 	PodDir  string `json:"podDir"`
-	// Cgroup is the task's cgroupsPath: the VM's cgroup, or the sandbox's,
-	// which the shim entered.
-	Cgroup string `json:"cgroup,omitempty"`
-	// For a VM:
-	Domain  string   `json:"domain,omitempty"`
-	Netns   string   `json:"netns,omitempty"`
-	Tap     string   `json:"tap,omitempty"`
-	PodIf   string   `json:"podIf,omitempty"`
-	Rootfs  string   `json:"rootfs,omitempty"`
-	Devices []string `json:"devices,omitempty"`
+	// Held is what the task holds on the node, which vm.Undo removes: for
+	// a VM all of it, for the sandbox the cgroup the shim entered.
+	vm.Held
 }
 
 func checkpointPath(podDir, id string) string {

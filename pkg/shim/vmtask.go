@@ -20,6 +20,7 @@ import (
 	"github.com/vmpod/vmpod/pkg/host"
 	"github.com/vmpod/vmpod/pkg/podcgroup"
 	"github.com/vmpod/vmpod/pkg/podnet"
+	"github.com/vmpod/vmpod/pkg/virt"
 	"github.com/vmpod/vmpod/pkg/vm"
 	"github.com/vmpod/vmpod/pkg/vmspec"
 )
@@ -36,8 +37,6 @@ type vmTask struct {
 	machine *vm.Machine
 	console *console
 	net     *podnet.Attachment
-	rootfs  string // mounted by us; "" if not
-	devices []string
 	cgPath  podcgroup.Path // the container's cgroup, under the pod's
 	cpu     *specs.LinuxCPU
 	limit   uint64 // QEMU's memory limit: guest RAM plus overhead
@@ -69,7 +68,8 @@ func createVM(ctx context.Context, p *pod, r *taskAPI.CreateTaskRequest, oci *sp
 		return nil, fmt.Errorf("the VM cannot be charged to its pod: %w", err)
 	}
 	v := &vmTask{pod: p, spec: spec, task: t, cgPath: cgPath, cpu: cpu}
-	v.ckpt = checkpoint{ID: r.ID, Kind: "vm", Bundle: r.Bundle, PodDir: p.dir, Domain: spec.Name, Netns: p.netns, Cgroup: cgPath.Raw}
+	v.ckpt = checkpoint{ID: r.ID, Kind: "vm", Bundle: r.Bundle, PodDir: p.dir,
+		Held: vm.Held{Domain: spec.Name, Netns: p.netns, Cgroup: cgPath.Raw}}
 	defer func() {
 		if retErr == nil {
 			return
@@ -92,7 +92,7 @@ func createVM(ctx context.Context, p *pod, r *taskAPI.CreateTaskRequest, oci *sp
 		if err := mount.All(mount.FromProto(r.Rootfs), rootfs); err != nil {
 			return nil, fmt.Errorf("mount the image: %v: %w", err, errdefs.ErrInternal)
 		}
-		v.rootfs, v.ckpt.Rootfs = rootfs, rootfs
+		v.ckpt.Rootfs = rootfs
 	} else if oci.Root != nil && oci.Root.Path != "" {
 		rootfs = oci.Root.Path
 		if !filepath.IsAbs(rootfs) {
@@ -256,8 +256,7 @@ func (v *vmTask) makeDevices(oci *specs.Spec) (map[string]string, error) {
 		if err := unix.Mknod(node, unix.S_IFBLK|0o600, int(unix.Mkdev(uint32(d.Major), uint32(d.Minor)))); err != nil {
 			return nil, fmt.Errorf("block volume %s: %v: %w", d.Path, err, errdefs.ErrInternal)
 		}
-		v.devices = append(v.devices, node)
-		v.ckpt.Devices = v.devices
+		v.ckpt.Devices = append(v.ckpt.Devices, node)
 		vols[name] = node
 	}
 	return vols, nil
@@ -360,28 +359,27 @@ func (v *vmTask) delete(ctx context.Context) error {
 }
 
 // release undoes createVM and start, in reverse order; safe on a partly
-// created task.
+// created task. The in-process parts (the machine, the console, the DHCP
+// server) close first; vm.Undo then removes what the checkpoint says the
+// task holds, as the cleanup after a dead shim does.
 func (v *vmTask) release(ctx context.Context) error {
 	var errs []error
+	held := v.ckpt.Held
 	if v.machine != nil {
 		errs = append(errs, v.machine.Delete(ctx))
+	}
+	var hv virt.Hypervisor
+	if v.pod.conn != nil {
+		hv = v.pod.conn
+	} else {
+		held.Domain = "" // libvirt never opened: no domain was made
 	}
 	if v.console != nil {
 		v.console.close()
 	}
-	if v.cgroup != nil {
-		errs = append(errs, v.cgroup.Delete())
-	}
-	for _, d := range v.devices {
-		if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
-		}
-	}
 	if v.net != nil {
 		errs = append(errs, v.net.Close())
 	}
-	if v.rootfs != "" {
-		errs = append(errs, mount.UnmountAll(v.rootfs, 0))
-	}
+	errs = append(errs, vm.Undo(ctx, hv, held))
 	return errors.Join(errs...)
 }

@@ -3,6 +3,11 @@
 // the image's disk, and defining, starting and stopping the domain through
 // pkg/virt.
 //
-// It may import vmspec, convert, host, virt and the standard library; the
-// shim and the CRI server import it, never the other way round.
+// Held and Undo are what a VM holds on the node and the one path that
+// removes it, run by the normal teardown and by the cleanup after a dead
+// front door alike.
+//
+// It may import vmspec, convert, host, virt, jail, podnet, podcgroup,
+// containerd's mount package and the standard library; the shim and the
+// CRI server import it, never the other way round.
 package vm

@@ -1,0 +1,76 @@
+package vm
+
+import (
+	"context"
+	"errors"
+	"os"
+
+	"github.com/containerd/containerd/v2/core/mount"
+	"github.com/containerd/errdefs"
+
+	"github.com/vmpod/vmpod/pkg/podcgroup"
+	"github.com/vmpod/vmpod/pkg/podnet"
+	"github.com/vmpod/vmpod/pkg/virt"
+)
+
+// Held is what a VM holds on the node outside its state dir: each thing
+// Undo removes. A front door records it in its checkpoint as it acquires
+// each, so that the undo can run again from the record after the process
+// that made the VM died.
+type Held struct {
+	// Domain is the libvirt domain's name.
+	Domain string `json:"domain,omitempty"`
+	// Netns is the pod's network namespace; Tap the guest's tap in it and
+	// PodIf the pod interface the tap was joined to (podnet).
+	Netns string `json:"netns,omitempty"`
+	Tap   string `json:"tap,omitempty"`
+	PodIf string `json:"podIf,omitempty"`
+	// Rootfs is where the runtime mounted the image.
+	Rootfs string `json:"rootfs,omitempty"`
+	// Devices are the block volume nodes the runtime made.
+	Devices []string `json:"devices,omitempty"`
+	// Cgroup is QEMU's cgroup (a cgroupsPath, podcgroup.Parse).
+	Cgroup string `json:"cgroup,omitempty"`
+}
+
+// Undo removes what h holds, in the reverse order of its making: the
+// domain (QEMU stopped hard, the definition removed) through hv, the
+// cgroup, the device nodes, the tap and its filters, the image mount.
+// What is already gone is no error; a failure does not stop the rest.
+// The normal teardown and the cleanup after a dead front door both end
+// here; the first has closed its in-process parts (console, DHCP server)
+// before. hv may be nil when h names no domain.
+func Undo(ctx context.Context, hv virt.Hypervisor, h Held) error {
+	var errs []error
+	if h.Domain != "" {
+		if hv == nil {
+			errs = append(errs, errors.New("undo: a domain but no hypervisor connection"))
+		} else {
+			if err := hv.Destroy(ctx, h.Domain); err != nil && !errdefs.IsNotFound(err) {
+				errs = append(errs, err)
+			}
+			if err := hv.Undefine(ctx, h.Domain); err != nil && !errdefs.IsNotFound(err) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if h.Cgroup != "" {
+		if p, err := podcgroup.Parse(h.Cgroup); err != nil {
+			errs = append(errs, err)
+		} else {
+			errs = append(errs, podcgroup.Remove(p))
+		}
+	}
+	for _, d := range h.Devices {
+		if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if h.Tap != "" {
+		errs = append(errs, podnet.Detach(h.Netns, h.Tap, h.PodIf))
+	}
+	if h.Rootfs != "" {
+		errs = append(errs, mount.UnmountAll(h.Rootfs, 0))
+	}
+	return errors.Join(errs...)
+}
