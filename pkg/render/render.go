@@ -23,12 +23,21 @@ type Options struct {
 	RuntimeClass string
 	// StateRoot is where the runtime keeps pods' state dirs.
 	StateRoot string
+	// SandboxID names the pod's state dir (the runtime uses the pod
+	// sandbox's id, which only the node knows); ContainerID the VM
+	// container's bundle, where containerd mounts the image.
+	SandboxID, ContainerID string
 	// ImageKernel and ImageDisk say what the containerdisk ships.
 	ImageKernel, ImageDisk bool
 }
 
 // DefaultOptions match the runtime's defaults and the test guest's image.
-var DefaultOptions = Options{RuntimeClass: "vmpod", StateRoot: "/var/lib/vmpod", ImageKernel: true, ImageDisk: true}
+var DefaultOptions = Options{RuntimeClass: "vmpod", StateRoot: "/var/lib/vmpod", ImageKernel: true, ImageDisk: true,
+	SandboxID: "0123456789abcdef", ContainerID: "fedcba9876543210"}
+
+// bundleRoot is where containerd (1.7 and 2.x, namespace k8s.io) makes a
+// task's bundle, with the image mounted at rootfs/.
+const bundleRoot = "/run/containerd/io.containerd.runtime.v2.task/k8s.io"
 
 // DecodePod reads one Pod manifest (YAML or JSON). Unknown fields are an
 // error, so a typo in the manifest is reported rather than ignored.
@@ -65,8 +74,8 @@ func Pod(pod *corev1.Pod, h host.Host, opts Options) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	layout := vm.Layout{Dir: filepath.Join(opts.StateRoot, "pods", s.Name)}
-	rootfs := filepath.Join(layout.Dir, "rootfs")
+	layout := vm.PodLayout(opts.StateRoot, opts.SandboxID)
+	rootfs := filepath.Join(bundleRoot, opts.ContainerID, "rootfs")
 	var img vm.Image
 	if opts.ImageKernel {
 		img.Kernel = filepath.Join(rootfs, "boot", "vmlinux")
@@ -75,10 +84,10 @@ func Pod(pod *corev1.Pod, h host.Host, opts Options) (string, error) {
 	if opts.ImageDisk {
 		img.Disk, img.DiskFormat = filepath.Join(rootfs, "disk", "disk.qcow2"), "qcow2"
 	}
-	p := layout.Paths(s, img)
+	p := layout.Paths(s, img, vm.JailerLink(opts.StateRoot))
 	p.Volumes = map[string]string{}
 	for _, v := range s.Volumes {
-		p.Volumes[v.Name] = filepath.Join(layout.Dir, "dev", v.Name)
+		p.Volumes[v.Name] = layout.Device(v.DevicePath)
 	}
 	p.NICs = map[string]convert.NIC{}
 	for i, n := range s.NICs {

@@ -3,12 +3,12 @@ package shim
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/vmpod/vmpod/pkg/jail"
 	"github.com/vmpod/vmpod/pkg/node"
+	"github.com/vmpod/vmpod/pkg/vm"
 )
 
 // Config is where the shim keeps things. containerd starts shims with its
@@ -79,22 +79,8 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// podDirIDLen bounds the sandbox id in the pod's dir name: libvirt and QEMU
-// put unix sockets several levels below it, and a socket path must stay
-// under 108 bytes. 16 hex digits of a random 256-bit id do not collide on a
-// node.
-const podDirIDLen = 16
-
 // podDir is the state dir of the pod whose sandbox is sandboxID.
-func (c Config) podDir(sandboxID string) string {
-	if len(sandboxID) > podDirIDLen {
-		sandboxID = sandboxID[:podDirIDLen]
-	}
-	return filepath.Join(c.StateRoot, "pods", sandboxID)
-}
+func (c Config) podDir(sandboxID string) string { return vm.PodLayout(c.StateRoot, sandboxID).Dir }
 
 // uidLeases is the dir of QEMU uid leases (jail.Allocate).
-func (c Config) uidLeases() string { return filepath.Join(c.StateRoot, "uids") }
-
-// emulatorDir holds the jailer link (jail.LinkEmulator).
-func (c Config) emulatorDir() string { return filepath.Join(c.StateRoot, "bin") }
+func (c Config) uidLeases() string { return vm.UIDLeases(c.StateRoot) }

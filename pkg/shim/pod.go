@@ -76,7 +76,7 @@ func (p *pod) hypervisor(ctx context.Context) (*vm.Runtime, host.Host, error) {
 // qemuJail leases the pod's QEMU uid and links the jailer, once.
 func (p *pod) qemuJail() (vm.Jail, error) {
 	p.jailOnce.Do(func() {
-		jailer, err := jail.LinkEmulator(p.cfg.emulatorDir())
+		jailer, err := jail.LinkEmulator(filepath.Dir(vm.JailerLink(p.cfg.StateRoot)))
 		if err != nil {
 			p.jailErr = fmt.Errorf("QEMU's jailer: %v: %w", err, errdefs.ErrInternal)
 			return

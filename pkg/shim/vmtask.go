@@ -252,7 +252,7 @@ func (v *vmTask) makeDevices(oci *specs.Spec) (map[string]string, error) {
 			continue
 		}
 		name := filepath.Base(d.Path)
-		node := filepath.Join(dir, name)
+		node := v.pod.layout().Device(d.Path)
 		if err := unix.Mknod(node, unix.S_IFBLK|0o600, int(unix.Mkdev(uint32(d.Major), uint32(d.Minor)))); err != nil {
 			return nil, fmt.Errorf("block volume %s: %v: %w", d.Path, err, errdefs.ErrInternal)
 		}

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 
 	"github.com/vmpod/vmpod/pkg/convert"
+	"github.com/vmpod/vmpod/pkg/jail"
 	"github.com/vmpod/vmpod/pkg/vmspec"
 )
 
@@ -16,6 +17,28 @@ import (
 // Root writes into VMDir only while it is fresh (PrepareVMDir), before
 // QEMU ran, and reaches sockets there without following links.
 type Layout struct{ Dir string }
+
+// podDirIDLen bounds the sandbox id in a pod's dir name: libvirt and QEMU
+// put unix sockets several levels below it, and a socket path must stay
+// under 108 bytes. 16 hex digits of a random 256-bit id do not collide on a
+// node.
+const podDirIDLen = 16
+
+// PodLayout is the layout of the pod whose sandbox is sandboxID, under a
+// runtime's state root: <stateRoot>/pods/<first 16 of sandboxID>.
+func PodLayout(stateRoot, sandboxID string) Layout {
+	if len(sandboxID) > podDirIDLen {
+		sandboxID = sandboxID[:podDirIDLen]
+	}
+	return Layout{Dir: filepath.Join(stateRoot, "pods", sandboxID)}
+}
+
+// JailerLink is where a runtime with this state root links the jailer
+// (jail.LinkEmulator): the domains' emulator.
+func JailerLink(stateRoot string) string { return filepath.Join(stateRoot, "bin", jail.EmulatorName) }
+
+// UIDLeases is the dir of QEMU uid leases (jail.Allocate) under a state root.
+func UIDLeases(stateRoot string) string { return filepath.Join(stateRoot, "uids") }
 
 // VMDir holds every file QEMU opens for writing.
 func (l Layout) VMDir() string { return filepath.Join(l.Dir, "vm") }
@@ -43,6 +66,9 @@ func (l Layout) CloudInitISO() string { return filepath.Join(l.VMDir(), "cidata.
 // Devices holds the nodes of the block volumes handed to the VM.
 func (l Layout) Devices() string { return filepath.Join(l.VMDir(), "dev") }
 
+// Device is the node of the block volume the container sees at path.
+func (l Layout) Device(path string) string { return filepath.Join(l.Devices(), filepath.Base(path)) }
+
 // Libvirt is the embedded libvirt driver's root for this pod.
 func (l Layout) Libvirt() string { return filepath.Join(l.Dir, "libvirt") }
 
@@ -68,10 +94,13 @@ func (l Layout) PrepareVMDir() error {
 	return os.Mkdir(l.VMDir(), 0o700)
 }
 
-// Paths are the convert.Paths of a VM laid out in l, booting img. Volumes
-// and NICs are the runtime's to fill once it has made them.
-func (l Layout) Paths(s vmspec.Spec, img Image) convert.Paths {
+// Paths are the convert.Paths of a VM laid out in l, booting img, with
+// jailer as its emulator. Volumes and NICs are the runtime's to fill once
+// it has made them.
+func (l Layout) Paths(s vmspec.Spec, img Image, jailer string) convert.Paths {
 	p := convert.Paths{
+		Emulator:    jailer,
+		EmulatorEnv: []string{jail.EnvSpec + "=" + l.JailSpec()},
 		Kernel:     img.Kernel,
 		Initrd:     img.Initrd,
 		NVRAM:      l.NVRAM(),

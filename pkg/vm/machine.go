@@ -110,9 +110,8 @@ func (rt *Runtime) Create(ctx context.Context, cfg Config) (_ *Machine, retErr e
 			}
 		}()
 	}
-	p := l.Paths(cfg.Spec, cfg.Image)
+	p := l.Paths(cfg.Spec, cfg.Image, cfg.Jail.Jailer)
 	p.NICs, p.Volumes = cfg.NICs, cfg.Volumes
-	p.Emulator, p.EmulatorEnv = cfg.Jail.Jailer, []string{jail.EnvSpec + "=" + l.JailSpec()}
 	d, err := convert.Domain(cfg.Spec, cfg.Host, p)
 	if err != nil {
 		return nil, err
