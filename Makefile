@@ -61,7 +61,9 @@ e2e: deps guest
 # live in each package's testdata/fuzz/.
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzAnnotations$$' -fuzztime $(FUZZTIME) ./pkg/vmspec
+	$(GO) test -run '^$$' -fuzz '^FuzzFrontDoorsAgree$$' -fuzztime $(FUZZTIME) ./pkg/vmspec
 	$(GO) test -run '^$$' -fuzz '^FuzzDomain$$' -fuzztime $(FUZZTIME) ./pkg/convert
+	$(GO) test -run '^$$' -fuzz '^FuzzDomainXML$$' -fuzztime $(FUZZTIME) ./pkg/convert
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./pkg/host
 
 # Boot benchmarks run 3 boots each and report medians.

@@ -6,6 +6,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/vmpod/vmpod/pkg/convert"
+	"github.com/vmpod/vmpod/pkg/host"
 	"github.com/vmpod/vmpod/pkg/vmspec"
 	. "github.com/vmpod/vmpod/pkg/vmspec/vmspectest"
 )
@@ -20,19 +21,10 @@ func FuzzDomain(f *testing.F) {
 	f.Add(vmspec.AnnotationAccel, "kvm", "2", "1Gi", true)
 	f.Add(vmspec.AnnotationCPUModel, "host-model", "300m", "64Mi", false)
 	f.Add(vmspec.AnnotationBoot, "disk", "16", "2Gi", true)
-	hosts := []string{"tcg-debian12", "kvm-example"}
 	f.Fuzz(func(t *testing.T, key, value, cpu, mem string, kvm bool) {
-		pod := MakePod("fuzz").Annotation(key, value)
-		if !setQuantity(pod.CPU, cpu) || !setQuantity(pod.Memory, mem) {
+		s, h, ok := fuzzedSpec(t, MakePod("fuzz"), key, value, cpu, mem, kvm)
+		if !ok {
 			return
-		}
-		s, err := vmspec.FromPod(pod.Obj())
-		if err != nil {
-			return // FuzzAnnotations covers FromPod's errors
-		}
-		h := loadHost(t, hosts[0])
-		if kvm {
-			h = loadHost(t, hosts[1])
 		}
 		d, err := convert.Domain(s, h, paths())
 		if err != nil {
@@ -48,6 +40,26 @@ func FuzzDomain(f *testing.F) {
 			t.Fatalf("domain lost the pod's name, vCPUs or memory: %+v vs %+v", d, s)
 		}
 	})
+}
+
+// fuzzedSpec is FuzzDomain's generator: pod with one fuzzed annotation and
+// fuzzed cpu and memory limits, through FromPod, and the node it runs on
+// (TCG, or KVM when kvm is set). ok is false for a pod the apiserver or
+// FromPod refuses (FuzzAnnotations and FuzzFrontDoorsAgree cover those).
+func fuzzedSpec(t *testing.T, pod *PodWrapper, key, value, cpu, mem string, kvm bool) (vmspec.Spec, host.Host, bool) {
+	pod.Annotation(key, value)
+	if !setQuantity(pod.CPU, cpu) || !setQuantity(pod.Memory, mem) {
+		return vmspec.Spec{}, host.Host{}, false
+	}
+	s, err := vmspec.FromPod(pod.Obj())
+	if err != nil {
+		return vmspec.Spec{}, host.Host{}, false
+	}
+	h := loadHost(t, "tcg-debian12")
+	if kvm {
+		h = loadHost(t, "kvm-example")
+	}
+	return s, h, true
 }
 
 // setQuantity applies a fuzzed quantity, or reports that it does not parse

@@ -205,6 +205,14 @@ func scale(n uint64, unit string) (uint64, error) {
 // sortedSet gives every list in Host one order, so that labels and golden
 // files do not change when libvirt reorders its output.
 func sortedSet(s []string) []string {
-	slices.Sort(s)
-	return slices.Compact(s)
+	// A name libvirt left empty (<feature name=''/>) or padded would
+	// become a label such as cpu-feature.vmpod.io/ that names nothing.
+	var out []string
+	for _, n := range s {
+		if n = strings.TrimSpace(n); n != "" {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }

@@ -87,7 +87,7 @@ func Pod(pod *corev1.Pod, h host.Host, opts Options) (string, error) {
 	p := layout.Paths(s, img, vm.JailerLink(opts.StateRoot))
 	p.Volumes = map[string]string{}
 	for _, v := range s.Volumes {
-		p.Volumes[v.Name] = layout.Device(v.DevicePath)
+		p.Volumes[v.Name] = layout.Device(v.Name)
 	}
 	p.NICs = map[string]convert.NIC{}
 	for i, n := range s.NICs {

@@ -246,13 +246,18 @@ func (v *vmTask) makeDevices(oci *specs.Spec) (map[string]string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
+	// The Spec names each volume from its device path (vmspec.Volume.Name).
+	names := map[string]string{}
+	for _, vol := range v.spec.Volumes {
+		names[vol.DevicePath] = vol.Name
+	}
 	vols := map[string]string{}
 	for _, d := range oci.Linux.Devices {
-		if d.Type != "b" {
+		name, ok := names[d.Path]
+		if d.Type != "b" || !ok {
 			continue
 		}
-		name := filepath.Base(d.Path)
-		node := v.pod.layout().Device(d.Path)
+		node := v.pod.layout().Device(name)
 		if err := unix.Mknod(node, unix.S_IFBLK|0o600, int(unix.Mkdev(uint32(d.Major), uint32(d.Minor)))); err != nil {
 			return nil, fmt.Errorf("block volume %s: %v: %w", d.Path, err, errdefs.ErrInternal)
 		}

@@ -66,8 +66,8 @@ func (l Layout) CloudInitISO() string { return filepath.Join(l.VMDir(), "cidata.
 // Devices holds the nodes of the block volumes handed to the VM.
 func (l Layout) Devices() string { return filepath.Join(l.VMDir(), "dev") }
 
-// Device is the node of the block volume the container sees at path.
-func (l Layout) Device(path string) string { return filepath.Join(l.Devices(), filepath.Base(path)) }
+// Device is the node of the block volume named name (vmspec.Volume.Name).
+func (l Layout) Device(name string) string { return filepath.Join(l.Devices(), name) }
 
 // Libvirt is the embedded libvirt driver's root for this pod.
 func (l Layout) Libvirt() string { return filepath.Join(l.Dir, "libvirt") }

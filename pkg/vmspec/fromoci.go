@@ -53,8 +53,8 @@ func FromOCI(spec *specs.Spec) (Spec, error) {
 			if d.Type != "b" {
 				continue
 			}
-			name := path.Base(d.Path)
-			s.Volumes = append(s.Volumes, Volume{Name: name, DevicePath: d.Path, Serial: serial(name)})
+			id := volumeID(d.Path)
+			s.Volumes = append(s.Volumes, Volume{Name: id, DevicePath: d.Path, Serial: id})
 		}
 	}
 	if s.CloudInit != nil && s.CloudInit.Volume != "" {
@@ -66,17 +66,23 @@ func FromOCI(spec *specs.Spec) (Spec, error) {
 
 // resolveCloudInitMount finds the cloud-init volume among the mounts: the
 // kubelet mounts a configMap or secret volume from
-// .../volumes/kubernetes.io~configmap/<volume name>.
+// .../volumes/kubernetes.io~configmap/<volume name> (a subPath mount comes
+// from .../volume-subpaths/ and is not the whole volume). Of several
+// mounts it takes the least destination, as FromPod does: containerd
+// sorts mounts by depth, so their order here is not the pod's.
 func resolveCloudInitMount(ci *CloudInit, mounts []specs.Mount) error {
 	for _, m := range mounts {
 		dir, name := path.Split(strings.TrimSuffix(m.Source, "/"))
 		kind := path.Base(dir)
-		if name == ci.Volume && (kind == "kubernetes.io~configmap" || kind == "kubernetes.io~secret") {
+		if name == ci.Volume && (kind == "kubernetes.io~configmap" || kind == "kubernetes.io~secret") &&
+			(ci.VolumeMountPath == "" || m.Destination < ci.VolumeMountPath) {
 			ci.VolumeMountPath = m.Destination
-			return nil
 		}
 	}
-	return invalid(AnnotationCloudInitVolume, ci.Volume, "no configMap or secret volume of that name is mounted in the container")
+	if ci.VolumeMountPath == "" {
+		return invalid(AnnotationCloudInitVolume, ci.Volume, "no configMap or secret volume of that name is mounted in the container")
+	}
+	return nil
 }
 
 func firstNonEmpty(v ...string) string {

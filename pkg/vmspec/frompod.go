@@ -51,7 +51,8 @@ func FromPod(pod *corev1.Pod) (Spec, error) {
 			errs = append(errs, invalid(field+".name", d.Name, "the volume must be a persistentVolumeClaim or an ephemeral volume"))
 			continue
 		}
-		s.Volumes = append(s.Volumes, Volume{Name: d.Name, DevicePath: d.DevicePath, Serial: serial(d.Name)})
+		id := volumeID(d.DevicePath)
+		s.Volumes = append(s.Volumes, Volume{Name: id, DevicePath: d.DevicePath, Serial: id})
 	}
 
 	if s.CloudInit != nil && s.CloudInit.Volume != "" {
@@ -61,7 +62,8 @@ func FromPod(pod *corev1.Pod) (Spec, error) {
 	return s, errors.Join(errs...)
 }
 
-// resourcesFromLimits maps limits.cpu to vCPUs (rounded up, default 1) and
+// resourcesFromLimits maps limits.cpu to vCPUs (rounded up; 1 when absent
+// or 0, which the kubelet also treats as no limit) and
 // limits.memory to guest RAM (required, rounded down to whole MiB so the
 // guest never gets more than the pod asked for).
 //
@@ -79,7 +81,10 @@ func resourcesFromLimits(limits corev1.ResourceList) (int, uint64, error) {
 			// The error names the value as written; vcpus stays 1 so
 			// that Validate does not report the field a second time.
 			err = invalid(field+".cpu", q.String(), fmt.Sprintf("at most %d vCPUs", MaxVCPUs))
-		case milli <= 0:
+		case milli == 0:
+			// The kubelet gives a limit of 0 no CFS quota, so the node
+			// (FromOCI) cannot tell it from no limit: neither can we.
+		case milli < 0:
 			err = invalid(field+".cpu", q.String(), "must be positive")
 		default:
 			vcpus = int((milli + 999) / 1000)
@@ -120,18 +125,18 @@ func resolveCloudInitVolume(ci *CloudInit, c *corev1.Container, vols map[string]
 	if v.ConfigMap == nil && v.Secret == nil {
 		return invalid(AnnotationCloudInitVolume, ci.Volume, "the volume must be a configMap or a secret")
 	}
+	// A subPath mount shows part of the volume, not its files user-data
+	// and meta-data; and of several mounts the shim sees them in
+	// containerd's order, not the pod's: both front doors take the least
+	// mount path of the mounts of the whole volume (see FromOCI).
 	for _, m := range c.VolumeMounts {
-		if m.Name == ci.Volume {
+		if m.Name == ci.Volume && m.SubPath == "" && m.SubPathExpr == "" &&
+			(ci.VolumeMountPath == "" || m.MountPath < ci.VolumeMountPath) {
 			ci.VolumeMountPath = m.MountPath
-			return nil
 		}
 	}
-	return invalid(AnnotationCloudInitVolume, ci.Volume, "the container must mount the volume (volumeMounts) so the runtime can read it")
-}
-
-func serial(name string) string {
-	if len(name) > MaxSerialLen {
-		return name[:MaxSerialLen]
+	if ci.VolumeMountPath == "" {
+		return invalid(AnnotationCloudInitVolume, ci.Volume, "the container must mount the whole volume (volumeMounts, without subPath) so the runtime can read it")
 	}
-	return name
+	return nil
 }

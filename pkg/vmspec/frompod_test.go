@@ -102,14 +102,35 @@ func TestFromPod(t *testing.T) {
 			},
 		},
 		{
-			name: "block volumes keep pod order, serial is the volume name",
+			name: "cloud-init from the least whole mount of the volume",
+			pod: MakePod("web").
+				ConfigMapVolume("seed", "web-seed", "/seed").
+				VolumeMount("seed", "/a/user-data", "user-data").
+				VolumeMount("seed", "/etc/seed", "").
+				Annotation(vmspec.AnnotationCloudInitVolume, "seed"),
+			want: func(s *vmspec.Spec) {
+				s.CloudInit = &vmspec.CloudInit{Volume: "seed", VolumeMountPath: "/etc/seed"}
+			},
+		},
+		{
+			name: "a cpu limit of 0 is no limit, as on the node",
+			pod:  MakePod("web").CPU("0"),
+			want: func(*vmspec.Spec) {},
+		},
+		{
+			name: "block volumes keep pod order, serial comes from the device path",
 			pod: MakePod("web").
 				BlockVolume("data", "web-data", "/dev/data").
-				BlockVolume("a-very-long-volume-name-indeed", "c", "/dev/xvdb"),
+				BlockVolume("a-very-long-volume-name-indeed", "c", "/dev/xvdb").
+				BlockVolume("nested", "d", "/dev/disks/data").
+				BlockVolume("long", "e", "/dev/a-device-name-of-21ch"),
 			want: func(s *vmspec.Spec) {
 				s.Volumes = []vmspec.Volume{
 					{Name: "data", DevicePath: "/dev/data", Serial: "data"},
-					{Name: "a-very-long-volume-name-indeed", DevicePath: "/dev/xvdb", Serial: "a-very-long-volume-n"},
+					{Name: "xvdb", DevicePath: "/dev/xvdb", Serial: "xvdb"},
+					// Not a plain name under /dev: base name, '_' and a hash of the path.
+					{Name: "data_deebec8c", DevicePath: "/dev/disks/data", Serial: "data_deebec8c"},
+					{Name: "a-device-na_79e3777f", DevicePath: "/dev/a-device-name-of-21ch", Serial: "a-device-na_79e3777f"},
 				}
 			},
 		},
@@ -180,6 +201,11 @@ func TestFromPodErrors(t *testing.T) {
 		{"cloud-init volume not mounted", MakePod("web").ConfigMapVolume("seed", "s", "").
 			Annotation(vmspec.AnnotationCloudInitVolume, "seed"),
 			[]string{`vmpod.io/cloud-init-volume: "seed": the container must mount the volume`}},
+		{"cloud-init volume mounted only in part", MakePod("web").ConfigMapVolume("seed", "s", "").
+			VolumeMount("seed", "/ci/user-data", "user-data").Annotation(vmspec.AnnotationCloudInitVolume, "seed"),
+			[]string{`vmpod.io/cloud-init-volume: "seed": the container must mount the whole volume (volumeMounts, without subPath)`}},
+		{"two devices, one serial", MakePod("web").BlockVolume("a", "a", "/dev/data").BlockVolume("b", "b", "/dev/data"),
+			[]string{`spec.containers[0].volumeDevices[1].devicePath: "/dev/data": gives the disk serial "data" of an earlier device`}},
 		{"cloud-init volume is a pvc", MakePod("web").BlockVolume("seed", "c", "/dev/seed").
 			Annotation(vmspec.AnnotationCloudInitVolume, "seed"),
 			[]string{`vmpod.io/cloud-init-volume: "seed": the volume must be a configMap or a secret`}},

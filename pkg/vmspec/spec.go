@@ -100,12 +100,16 @@ const (
 
 // Volume is a block volume of the pod that the guest sees as a disk.
 type Volume struct {
-	// Name is the pod's volume name when known (FromPod), else the base name
-	// of the device path (FromOCI: the CRI does not pass volume names).
+	// Name identifies the volume in the VM: the key of convert.Paths.Volumes
+	// and the file name of its device node in the VM's state dir. It is
+	// made from DevicePath alone, because the CRI does not pass volume
+	// names: "data" for /dev/data, else a short name with a hash of the
+	// path (see volumeID). FromPod and FromOCI give the same.
 	Name string
 	// DevicePath is where the pod asked for the device (volumeDevices[].devicePath).
 	DevicePath string
-	// Serial is the disk serial the guest sees (/dev/disk/by-id/*-<serial>).
+	// Serial is the disk serial the guest sees (/dev/disk/by-id/*-<serial>):
+	// the same as Name, at most MaxSerialLen characters.
 	Serial string
 }
 

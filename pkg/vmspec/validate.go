@@ -92,12 +92,14 @@ func (s Spec) validateVolumes() error {
 	for i, v := range s.Volumes {
 		field := fmt.Sprintf("spec.containers[0].volumeDevices[%d]", i)
 		switch {
-		case v.Name == "":
-			return invalid(field+".name", "", "required")
+		case v.DevicePath == "":
+			return invalid(field+".devicePath", "", "required")
+		case v.Name == "" || !volumeIDPattern.MatchString(v.Name):
+			return invalid(field+".devicePath", v.DevicePath, fmt.Sprintf("no valid volume name %q", v.Name))
 		case seen[v.Name]:
-			return invalid(field+".name", v.Name, "used twice")
-		case len(v.Serial) > MaxSerialLen:
-			return invalid(field+".name", v.Serial, fmt.Sprintf("disk serial longer than %d characters", MaxSerialLen))
+			return invalid(field+".devicePath", v.DevicePath, fmt.Sprintf("gives the disk serial %q of an earlier device", v.Name))
+		case v.Serial == "" || len(v.Serial) > MaxSerialLen:
+			return invalid(field+".devicePath", v.DevicePath, fmt.Sprintf("disk serial %q is empty or longer than %d characters", v.Serial, MaxSerialLen))
 		}
 		seen[v.Name] = true
 	}

@@ -116,6 +116,14 @@ func (p *PodWrapper) ConfigMapVolume(name, configMap, mountPath string) *PodWrap
 	return p
 }
 
+// VolumeMount mounts an existing volume once more, at mountPath, with
+// subPath unless it is "".
+func (p *PodWrapper) VolumeMount(name, mountPath, subPath string) *PodWrapper {
+	c := &p.Spec.Containers[0]
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: mountPath, SubPath: subPath, ReadOnly: true})
+	return p
+}
+
 // Container adds another container (which makes the pod invalid as a VM pod).
 func (p *PodWrapper) Container(name, image string) *PodWrapper {
 	p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: name, Image: image})
