@@ -189,7 +189,7 @@ func (s *service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAP
 	if r.ExecID != "" {
 		return nil, execNotSupported()
 	}
-	if t.kind == kindSandbox && s.vmTaskLeft(r.ID) {
+	if !t.isVM() && s.vmTaskLeft(r.ID) {
 		return nil, fmt.Errorf("sandbox %s: delete the VM task first: %w", r.ID, errdefs.ErrFailedPrecondition)
 	}
 	st, err := t.delete(ctx)
@@ -209,7 +209,7 @@ func (s *service) vmTaskLeft(sandboxID string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for id, t := range s.tasks {
-		if id != sandboxID && (t == nil || t.kind == kindVM) {
+		if id != sandboxID && (t == nil || t.isVM()) {
 			return true
 		}
 	}
@@ -291,8 +291,8 @@ func (s *service) CloseIO(ctx context.Context, r *taskAPI.CloseIORequest) (*empt
 	if err != nil || t == nil {
 		return nil, notReady(r.ID, err)
 	}
-	if t.vm != nil && r.Stdin {
-		t.vm.console.closeStdin()
+	if r.Stdin {
+		t.body.closeStdin()
 	}
 	return &emptypb.Empty{}, nil
 }
@@ -302,16 +302,13 @@ func (s *service) Update(ctx context.Context, r *taskAPI.UpdateTaskRequest) (*em
 	if err != nil || t == nil {
 		return nil, notReady(r.ID, err)
 	}
-	if t.kind == kindSandbox {
-		return &emptypb.Empty{}, nil // pod-level limits are the kubelet's, on the pod cgroup
-	}
 	var res specs.LinuxResources
 	if r.Resources != nil {
 		if err := typeurl.UnmarshalTo(r.Resources, &res); err != nil {
 			return nil, fmt.Errorf("task %s: resources: %v: %w", r.ID, err, errdefs.ErrInvalidArgument)
 		}
 	}
-	if err := t.vm.update(&res); err != nil {
+	if err := t.body.update(&res); err != nil {
 		return nil, err
 	}
 	return &emptypb.Empty{}, nil

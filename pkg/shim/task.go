@@ -10,7 +10,6 @@ import (
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
 	"github.com/containerd/containerd/v2/pkg/protobuf"
 	"github.com/containerd/errdefs"
-	"github.com/containerd/typeurl/v2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -19,22 +18,67 @@ import (
 	"github.com/vmpod/vmpod/pkg/vmspec"
 )
 
-type kind int
-
-const (
-	kindSandbox kind = iota
-	kindVM
-)
-
-// task is one containerd task of the pod: the sandbox, or the VM.
+// task is one containerd task of the pod: its state machine and events;
+// what it runs is its body, the sandbox or the VM.
 type task struct {
 	id     string
 	bundle string
-	kind   kind
 	st     *stateBox
 	svc    *service
-	vm     *vmTask // kindVM only
+	body   body
 	io     taskIO
+}
+
+// body is what a task runs. The task checks states and publishes events;
+// the body does the work.
+type body interface {
+	// start runs it and returns the task's pid.
+	start(ctx context.Context) (uint32, error)
+	// kill signals it; created says it never started.
+	kill(ctx context.Context, sig uint32, created bool) error
+	// delete releases all it holds.
+	delete(ctx context.Context) error
+	pause(ctx context.Context) error
+	resume(ctx context.Context) error
+	update(r *specs.LinuxResources) error
+	stats(ctx context.Context) (*anypb.Any, error)
+	closeStdin()
+}
+
+// sandboxBody is the pod sandbox: the shim itself stands for it, in the
+// sandbox's cgroup, until the pod goes.
+type sandboxBody struct{ t *task }
+
+func (b sandboxBody) start(context.Context) (uint32, error) { return b.t.st.get().Pid, nil }
+
+func (b sandboxBody) kill(_ context.Context, sig uint32, _ bool) error {
+	b.t.onExit(128+sig, time.Now())
+	return nil
+}
+
+func (b sandboxBody) delete(context.Context) error { return b.t.svc.deleteSandbox(b.t) }
+
+func (b sandboxBody) pause(context.Context) error {
+	return fmt.Errorf("pausing the sandbox: %w", errdefs.ErrNotImplemented)
+}
+
+func (b sandboxBody) resume(context.Context) error {
+	return fmt.Errorf("resuming the sandbox: %w", errdefs.ErrNotImplemented)
+}
+
+// update: pod-level limits are the kubelet's, on the pod cgroup.
+func (b sandboxBody) update(*specs.LinuxResources) error { return nil }
+
+func (b sandboxBody) stats(context.Context) (*anypb.Any, error) {
+	return nil, fmt.Errorf("task %s has no cgroup of its own: %w", b.t.id, errdefs.ErrNotFound)
+}
+
+func (b sandboxBody) closeStdin() {}
+
+// isVM reports whether t runs the VM.
+func (t *task) isVM() bool {
+	_, ok := t.body.(*vmTask)
+	return ok
 }
 
 // taskIO is the stdio containerd made for a task.
@@ -54,10 +98,9 @@ func (s *service) create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 	t := &task{id: r.ID, bundle: r.Bundle, st: newStateBox(), svc: s,
 		io: taskIO{stdin: r.Stdin, stdout: r.Stdout, stderr: r.Stderr, terminal: r.Terminal}}
 	if oci.Annotations[vmspec.CRIContainerType] == vmspec.CRIContainerTypeSbx {
-		t.kind = kindSandbox
+		t.body = sandboxBody{t}
 		return t, s.createSandbox(ctx, t, oci)
 	}
-	t.kind = kindVM
 	p, err := s.podFor(r.ID, nil)
 	if err != nil {
 		return nil, err
@@ -66,10 +109,11 @@ func (s *service) create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 		return nil, fmt.Errorf("spec.containers: a vmpod pod runs exactly one container, the VM, and %s is it: %w",
 			other, errdefs.ErrInvalidArgument)
 	}
-	t.vm, err = createVM(ctx, p, r, oci, t)
+	v, err := createVM(ctx, p, r, oci, t)
 	if err != nil {
 		return nil, err
 	}
+	t.body = v
 	return t, nil
 }
 
@@ -94,7 +138,7 @@ func (s *service) otherVM(id string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for other, t := range s.tasks {
-		if other != id && t != nil && t.kind == kindVM {
+		if other != id && t != nil && t.isVM() {
 			return other
 		}
 	}
@@ -150,13 +194,7 @@ func (t *task) start(ctx context.Context) (uint32, error) {
 	if _, err := t.st.begin("starting", StatusCreated); err != nil {
 		return 0, err
 	}
-	var pid uint32
-	var err error
-	if t.kind == kindVM {
-		pid, err = t.vm.start(ctx)
-	} else {
-		pid = t.st.get().Pid
-	}
+	pid, err := t.body.start(ctx)
 	t.st.end(func(s state) state {
 		if err == nil && s.Status == StatusCreated {
 			s.Status, s.Pid = StatusRunning, pid
@@ -173,14 +211,7 @@ func (t *task) kill(ctx context.Context, sig uint32) error {
 	if st.Status == StatusStopped {
 		return nil
 	}
-	if t.kind == kindSandbox || st.Status == StatusCreated {
-		t.onExit(128+sig, time.Now())
-		if t.kind == kindVM {
-			return t.vm.kill(ctx, uint32(unix.SIGKILL))
-		}
-		return nil
-	}
-	return t.vm.kill(ctx, sig)
+	return t.body.kill(ctx, sig, st.Status == StatusCreated)
 }
 
 func (t *task) delete(ctx context.Context) (state, error) {
@@ -188,11 +219,7 @@ func (t *task) delete(ctx context.Context) (state, error) {
 	if err != nil {
 		return st, err
 	}
-	if t.kind == kindVM {
-		err = t.vm.delete(ctx)
-	} else {
-		err = t.svc.deleteSandbox(t)
-	}
+	err = t.body.delete(ctx)
 	t.st.end(nil)
 	if st.Status == StatusCreated {
 		st.ExitStatus, st.ExitedAt = 128+uint32(unix.SIGKILL), time.Now()
@@ -217,13 +244,13 @@ func (s *service) deleteSandbox(t *task) error {
 }
 
 func (t *task) pause(ctx context.Context) error {
-	if t.kind != kindVM {
-		return fmt.Errorf("pausing the sandbox: %w", errdefs.ErrNotImplemented)
+	if _, ok := t.body.(sandboxBody); ok {
+		return t.body.pause(ctx)
 	}
 	if _, err := t.st.begin("pausing", StatusRunning); err != nil {
 		return err
 	}
-	err := t.vm.machine.Suspend(ctx)
+	err := t.body.pause(ctx)
 	t.st.end(func(s state) state {
 		if err == nil && s.Status == StatusRunning {
 			s.Status = StatusPaused
@@ -234,13 +261,13 @@ func (t *task) pause(ctx context.Context) error {
 }
 
 func (t *task) resume(ctx context.Context) error {
-	if t.kind != kindVM {
-		return fmt.Errorf("resuming the sandbox: %w", errdefs.ErrNotImplemented)
+	if _, ok := t.body.(sandboxBody); ok {
+		return t.body.resume(ctx)
 	}
 	if _, err := t.st.begin("resuming", StatusPaused); err != nil {
 		return err
 	}
-	err := t.vm.machine.Resume(ctx)
+	err := t.body.resume(ctx)
 	t.st.end(func(s state) state {
 		if err == nil && s.Status == StatusPaused {
 			s.Status = StatusRunning
@@ -250,13 +277,4 @@ func (t *task) resume(ctx context.Context) error {
 	return err
 }
 
-func (t *task) stats(ctx context.Context) (*anypb.Any, error) {
-	if t.kind != kindVM || t.vm.cgroup == nil {
-		return nil, fmt.Errorf("task %s has no cgroup of its own: %w", t.id, errdefs.ErrNotFound)
-	}
-	m, err := t.vm.cgroup.Stats()
-	if err != nil {
-		return nil, err
-	}
-	return typeurl.MarshalAnyToProto(m)
-}
+func (t *task) stats(ctx context.Context) (*anypb.Any, error) { return t.body.stats(ctx) }

@@ -13,8 +13,10 @@ import (
 	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
+	"github.com/containerd/typeurl/v2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/vmpod/vmpod/pkg/convert"
 	"github.com/vmpod/vmpod/pkg/host"
@@ -314,7 +316,12 @@ func (v *vmTask) publishOOM() {
 	v.task.svc.publish(&eventstypes.TaskOOM{ContainerID: v.ckpt.ID})
 }
 
-func (v *vmTask) kill(ctx context.Context, sig uint32) error {
+func (v *vmTask) kill(ctx context.Context, sig uint32, created bool) error {
+	if created {
+		// Never started: the task ends now, and the defined VM with it.
+		v.task.onExit(128+sig, time.Now())
+		return v.machine.Kill(ctx)
+	}
 	switch unix.Signal(sig) {
 	case unix.SIGTERM, unix.SIGINT:
 		return v.machine.Shutdown(ctx)
@@ -326,6 +333,21 @@ func (v *vmTask) kill(ctx context.Context, sig uint32) error {
 		return fmt.Errorf("signal %d: a VM takes SIGTERM or SIGINT (ACPI power button) and SIGKILL (hard stop): %w",
 			sig, errdefs.ErrInvalidArgument)
 	}
+}
+
+func (v *vmTask) pause(ctx context.Context) error  { return v.machine.Suspend(ctx) }
+func (v *vmTask) resume(ctx context.Context) error { return v.machine.Resume(ctx) }
+func (v *vmTask) closeStdin()                      { v.console.closeStdin() }
+
+func (v *vmTask) stats(ctx context.Context) (*anypb.Any, error) {
+	if v.cgroup == nil {
+		return nil, fmt.Errorf("task %s has no cgroup of its own: %w", v.task.id, errdefs.ErrNotFound)
+	}
+	m, err := v.cgroup.Stats()
+	if err != nil {
+		return nil, err
+	}
+	return typeurl.MarshalAnyToProto(m)
 }
 
 // update applies new resources: CPU shares and quota change live; guest
