@@ -125,8 +125,10 @@ type shimEnv struct {
 }
 
 func (e shimEnv) environ() []string {
+	// One capabilities cache for all the pods of a test binary, as a
+	// node has: only the first pod probes QEMU.
 	return append(os.Environ(), "TTRPC_ADDRESS="+e.containerd, "VMPOD_STATE_ROOT="+e.state,
-		"VMPOD_CAPS_CACHE="+filepath.Join(e.state, "caps"))
+		"VMPOD_CAPS_CACHE="+filepath.Join(filepath.Dir(e.bin), "caps"))
 }
 
 // bootstrap runs the shim's start command in bundle, as containerd does,
