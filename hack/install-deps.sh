@@ -10,6 +10,9 @@ packages=(
   libvirt-daemon-driver-qemu libvirt-clients libxml2-utils qemu-system-x86 qemu-utils qemu-system-data ovmf
   # test guest: busybox initramfs, kernel extraction, disk image
   busybox-static cpio xz-utils zstd e2fsprogs kmod socat
+  # the shared libraries of the test guest's QEMU guest agent (build.sh
+  # downloads the qemu-guest-agent .deb and copies them from this machine)
+  libglib2.0-0 libnuma1 libudev1 liburing2
   # checks the KVM probe payload (pkg/node/kvmprobe.asm) against its embedded bytes
   nasm
   # containerd tests: runc for plain pods, CNI plugins, nsenter/unshare

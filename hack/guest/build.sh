@@ -4,7 +4,9 @@
 #   vmlinuz                the Debian kernel (bzImage)
 #   vmlinux                the same kernel uncompressed: an ELF with a PVH note
 #                          that QEMU enters directly (much faster under TCG)
-#   initrd.img             busybox-static initramfs; /init is rootfs/init
+#   initrd.img             busybox-static initramfs; /init is rootfs/init; with
+#                          Debian's qemu-ga (the QEMU guest agent) and the
+#                          shared libraries it links
 #   disk.qcow2             16 MiB ext4 with hello.txt
 #   containerdisk.oci.tar  OCI image-layout archive of all of it (KubeVirt's
 #                          containerdisk layout), for `ctr images import`
@@ -13,7 +15,8 @@
 # Usage: hack/guest/build.sh [OUTDIR]   (default <repo>/_output/guest)
 # Progress goes to stderr; OUTDIR's absolute path is printed on stdout.
 # Cached: does nothing if the outputs are newer than this directory's files.
-# The kernel .deb is kept in OUTDIR; delete it to pick up a newer kernel.
+# The kernel and qemu-guest-agent .debs are kept in OUTDIR; delete them to
+# pick up newer ones.
 set -euo pipefail
 
 # --- shared with hack/nodevm/build.sh, which sources this file ---------------
@@ -96,7 +99,11 @@ if uptodate; then
 	exit 0
 fi
 
-for p in busybox-static cpio xz-utils zstd e2fsprogs qemu-utils kmod; do
+# qemu-ga's libraries are copied from this machine (found with ldd), so the
+# packages that ship them must be installed; the agent itself only comes as a
+# downloaded .deb.
+for p in busybox-static cpio xz-utils zstd e2fsprogs qemu-utils kmod \
+	libglib2.0-0 libnuma1 libudev1 liburing2; do
 	[[ $(dpkg-query -W -f='${Status}' "$p" 2>/dev/null) == "install ok installed" ]] ||
 		die "Debian package $p is not installed (run hack/install-deps.sh)"
 done
@@ -120,22 +127,31 @@ kpkg=$(apt-cache depends linux-image-amd64 2>/dev/null |
 	awk '$1 == "Depends:" && $2 ~ /^linux-image-[0-9]/ { print $2; exit }')
 [[ -n $kpkg ]] || die "cannot resolve linux-image-amd64 (try apt-get update)"
 
-deb=$(find "$out" -maxdepth 1 -name "${kpkg}_*_amd64.deb" -print -quit)
-if [[ -z $deb ]]; then
-	log "downloading kernel $kpkg ..."
-	# As root apt drops to the _apt user for downloads, which cannot write
-	# into our private temp dir.
-	aptopt=()
-	[[ $EUID -eq 0 ]] && aptopt=(-o APT::Sandbox::User=root)
-	if ! (cd "$tmp" && apt-get download -q "${aptopt[@]}" "$kpkg" >/dev/null 2>&1); then
-		log "download failed; running apt-get update ..."
-		apt-get update -qq >&2
-		(cd "$tmp" && apt-get download -q "${aptopt[@]}" "$kpkg" >/dev/null)
+# fetch_deb PKG: prints the path of PKG's .deb in OUTDIR, downloading it
+# first if OUTDIR has none.
+fetch_deb() {
+	local pkg=$1 deb
+	deb=$(find "$out" -maxdepth 1 -name "${pkg}_*_amd64.deb" -print -quit)
+	if [[ -z $deb ]]; then
+		log "downloading $pkg ..."
+		# As root apt drops to the _apt user for downloads, which cannot write
+		# into our private temp dir.
+		local aptopt=()
+		[[ $EUID -eq 0 ]] && aptopt=(-o APT::Sandbox::User=root)
+		if ! (cd "$tmp" && apt-get download -q "${aptopt[@]}" "$pkg" >/dev/null 2>&1); then
+			log "download failed; running apt-get update ..."
+			apt-get update -qq >&2
+			(cd "$tmp" && apt-get download -q "${aptopt[@]}" "$pkg" >/dev/null) || return 1
+		fi
+		mv "$tmp"/"${pkg}"_*_amd64.deb "$out"/ || return 1
+		deb=$(find "$out" -maxdepth 1 -name "${pkg}_*_amd64.deb" -print -quit)
 	fi
-	rm -f "$out"/linux-image-*.deb
-	mv "$tmp"/"${kpkg}"_*_amd64.deb "$out"/
-	deb=$(find "$out" -maxdepth 1 -name "${kpkg}_*_amd64.deb" -print -quit)
-fi
+	[[ -n $deb ]] && echo "$deb"
+}
+
+# A new kernel package name (a new ABI) leaves the old .deb behind; drop it.
+find "$out" -maxdepth 1 -name 'linux-image-*.deb' ! -name "${kpkg}_*" -delete
+deb=$(fetch_deb "$kpkg") || die "cannot download $kpkg"
 
 log "unpacking $(basename "$deb") ..."
 kroot=$tmp/kernel
@@ -180,6 +196,26 @@ chmod 0755 "$ir/init" "$ir/bin/http-reply" "$ir/bin/guest-poweroff" \
 guest_copy_modules "$kroot" "$kver" "$ir/lib/modules" "${modules[@]}" ||
 	die "cannot collect the kernel modules"
 log "initramfs modules: $(tr '\n' ' ' <"$ir/lib/modules/load.list")"
+
+# The QEMU guest agent (kubectl exec goes through it), from Debian's package,
+# with the shared libraries and the loader it needs at the same paths as
+# here. Debian's libraries come stripped already.
+qga_deb=$(fetch_deb qemu-guest-agent) || die "cannot download qemu-guest-agent"
+dpkg-deb -x "$qga_deb" "$tmp/qga"
+[[ -x $tmp/qga/usr/sbin/qemu-ga ]] || die "no usr/sbin/qemu-ga in $qga_deb"
+cp "$tmp/qga/usr/sbin/qemu-ga" "$ir/usr/sbin/qemu-ga"
+ldd "$tmp/qga/usr/sbin/qemu-ga" >"$tmp/qga.ldd" || die "ldd qemu-ga failed"
+! grep -q 'not found' "$tmp/qga.ldd" ||
+	die "qemu-ga needs libraries this machine lacks (run hack/install-deps.sh): $(grep 'not found' "$tmp/qga.ldd" | tr -s ' \n\t' ' ')"
+# "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" and the loader
+# "/lib64/ld-linux-x86-64.so.2 (0x...)"; linux-vdso has no file.
+awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' "$tmp/qga.ldd" | sort -u |
+	while read -r lib; do
+		mkdir -p "$ir$(dirname "$lib")"
+		cp -L "$lib" "$ir$lib"
+	done
+[[ -e $ir/lib64/ld-linux-x86-64.so.2 ]] || die "qemu-ga's loader was not found by ldd"
+log "qemu-ga: $(basename "$qga_deb"), libraries: $(awk '$2 == "=>" { printf "%s ", $1 }' "$tmp/qga.ldd")"
 
 # Sorted names, fixed owner and times, --reproducible: same inputs, same
 # bytes, so a rebuild does not change the image digest.

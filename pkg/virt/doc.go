@@ -1,7 +1,8 @@
 // Package virt is the narrow hypervisor interface the rest of vmpod sees.
 //
 // It holds the handful of operations pkg/vm needs to run one VM (define,
-// start, pause, resize the memory limit, stop, remove, observe) expressed in
+// start, pause, resize the memory limit, stop, remove, observe, talk to the
+// guest agent) expressed in
 // vmpod's own types, so that no package but pkg/virt/libvirt depends on
 // libvirt's Go binding or needs cgo. Domain XML goes in as a string: the
 // converter builds it with libvirtxml, and this interface does not care how.

@@ -1,6 +1,9 @@
 package virt
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Hypervisor runs domains. Domains are named by their libvirt name, which
 // is unique per connection.
@@ -57,6 +60,21 @@ type Hypervisor interface {
 	// Stats reports resource usage of a running or paused domain;
 	// FailedPrecondition when it is not running.
 	Stats(ctx context.Context, name string) (Stats, error)
+
+	// AgentCommand sends one command to the QEMU guest agent in a running
+	// domain: a JSON object such as {"execute":"guest-ping"}, answered with
+	// the agent's whole reply ({"return":...}). The reply comes from the
+	// guest, so it is untrusted input. timeout bounds the wait for it
+	// (whole seconds, at least one) and so does ctx's deadline.
+	//
+	// Errors: FailedPrecondition when the domain is not running or has no
+	// guest agent channel; Unavailable when no agent runs in the guest (it
+	// never opened its port) or it did not answer in time; InvalidArgument
+	// when the agent refused the command, with the agent's reason (an
+	// unknown command, a program guest-exec cannot start);
+	// NotImplemented where the hypervisor has no guest agents (libvirt's
+	// test driver).
+	AgentCommand(ctx context.Context, name, command string, timeout time.Duration) (string, error)
 
 	// List returns the names of all domains, running or not.
 	List(ctx context.Context) ([]string, error)

@@ -118,8 +118,51 @@ func bootGuest(t testing.TB, podFile string) bootTimes {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	rt, h, root := runtimeForTest(t)
+	g := startGuest(ctx, t, podFile, nil)
 
+	var times bootTimes
+	times.firstLine = g.console.waitFor(ctx, t, "VMPOD-GUEST: init").Sub(g.created)
+	g.console.waitFor(ctx, t, "VMPOD-GUEST: cpus=1 memory_kib=")
+	g.console.waitFor(ctx, t, "VMPOD-GUEST: disk hello from the vmpod disk")
+	times.ready = g.console.waitFor(ctx, t, "VMPOD-GUEST: ready").Sub(g.created)
+
+	if err := g.m.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g.console.waitFor(ctx, t, "VMPOD-GUEST: poweroff")
+	exit, err := g.m.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exit.Status != 0 || exit.Reason != "Completed" {
+		t.Errorf("exit = %+v, want status 0, Completed", exit)
+	}
+	g.delete(t)
+	return times
+}
+
+// testGuest is the test guest running as one VM.
+type testGuest struct {
+	m       *vm.Machine
+	name    string
+	layout  vm.Layout
+	jail    vm.Jail
+	pid     int
+	console *console
+	// created is when Create was called, started when Start was.
+	created, started time.Time
+	rt               *vm.Runtime
+	deleted          bool
+}
+
+// startGuest creates and starts the test guest as the pod in
+// testdata/podFile, through vmspec, convert and the embedded libvirt
+// driver, with QEMU jailed. edit, if not nil, changes the config before
+// Create. The VM is deleted, and checked to leave nothing behind, when the
+// test ends, however it ends; delete does it earlier.
+func startGuest(ctx context.Context, t testing.TB, podFile string, edit func(*vm.Config)) *testGuest {
+	t.Helper()
+	rt, h, root := runtimeForTest(t)
 	spec, err := vmspec.FromPod(podFromFile(t, podFile))
 	if err != nil {
 		t.Fatal(err)
@@ -135,57 +178,40 @@ func bootGuest(t testing.TB, podFile string) bootTimes {
 	if err != nil {
 		t.Fatal(err)
 	}
-	layout := vm.Layout{Dir: dir}
-	qemuJail := jailForTest(t, root, dir)
+	g := &testGuest{name: spec.Name, layout: vm.Layout{Dir: dir}, jail: jailForTest(t, root, dir), rt: rt}
+	cfg := vm.Config{Spec: spec, Host: h, Image: img, Layout: g.layout, MemoryLimit: spec.MemoryBytes + 512<<20, Jail: g.jail}
+	if edit != nil {
+		edit(&cfg)
+	}
+	g.created = time.Now()
+	if g.m, err = rt.Create(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	// On failure: stop QEMU and remove the domain whatever state it is in.
+	t.Cleanup(func() { g.delete(t) })
+	g.started = time.Now()
+	if err := g.m.Start(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if g.pid, err = g.m.PID(ctx); err != nil || g.pid <= 0 {
+		t.Fatalf("QEMU pid %d, %v", g.pid, err)
+	}
+	testguest.AssertJailed(t, g.pid, cfg.Jail.UID)
+	g.console = watchConsole(t, g.layout.ConsoleLog())
+	return g
+}
 
-	start := time.Now()
-	m, err := rt.Create(ctx, vm.Config{Spec: spec, Host: h, Image: img, Layout: layout, MemoryLimit: spec.MemoryBytes + 512<<20, Jail: qemuJail})
-	if err != nil {
-		t.Fatal(err)
+// delete deletes the VM, once, and checks that nothing is left.
+func (g *testGuest) delete(t testing.TB) {
+	t.Helper()
+	if g.deleted {
+		return
 	}
-	var pid int
-	deleted := false
-	t.Cleanup(func() {
-		// On failure: stop QEMU and remove the domain whatever state it is in.
-		if !deleted {
-			if err := m.Delete(context.Background()); err != nil {
-				t.Errorf("Delete: %v", err)
-			}
-			assertGone(t, rt, spec.Name, pid, dir)
-		}
-	})
-	if err := m.Start(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
-	if pid, err = m.PID(ctx); err != nil || pid <= 0 {
-		t.Fatalf("QEMU pid %d, %v", pid, err)
-	}
-	testguest.AssertJailed(t, pid, qemuJail.UID)
-
-	var times bootTimes
-	console := watchConsole(t, layout.ConsoleLog())
-	times.firstLine = console.waitFor(ctx, t, "VMPOD-GUEST: init").Sub(start)
-	console.waitFor(ctx, t, "VMPOD-GUEST: cpus=1 memory_kib=")
-	console.waitFor(ctx, t, "VMPOD-GUEST: disk hello from the vmpod disk")
-	times.ready = console.waitFor(ctx, t, "VMPOD-GUEST: ready").Sub(start)
-
-	if err := m.Shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
-	console.waitFor(ctx, t, "VMPOD-GUEST: poweroff")
-	exit, err := m.Wait(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if exit.Status != 0 || exit.Reason != "Completed" {
-		t.Errorf("exit = %+v, want status 0, Completed", exit)
-	}
-	deleted = true
-	if err := m.Delete(ctx); err != nil {
+	g.deleted = true
+	if err := g.m.Delete(context.Background()); err != nil {
 		t.Errorf("Delete: %v", err)
 	}
-	assertGone(t, rt, spec.Name, pid, dir)
-	return times
+	assertGone(t, g.rt, g.name, g.pid, g.layout.Dir)
 }
 
 // assertGone checks that a deleted VM left nothing: no domain, no QEMU

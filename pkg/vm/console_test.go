@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/vmpod/vmpod/pkg/vm"
-	"github.com/vmpod/vmpod/pkg/vmspec"
 )
 
 type countingWriter struct{ n atomic.Int64 }
@@ -25,43 +24,13 @@ func TestConsoleFlood(t *testing.T) {
 	const logCap = 128 << 10
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	rt, h, root := runtimeForTest(t)
-	spec, err := vmspec.FromPod(podFromFile(t, "flood-console-pod.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := vm.FindImage(containerdiskRootfs(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp(root, "pod-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	layout := vm.Layout{Dir: dir}
 	out := &countingWriter{}
-	m, err := rt.Create(ctx, vm.Config{Spec: spec, Host: h, Image: img, Layout: layout, Jail: jailForTest(t, root, dir),
-		ConsoleOut: out, ConsoleLogBytes: logCap})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pid int
-	t.Cleanup(func() {
-		if err := m.Delete(context.Background()); err != nil {
-			t.Errorf("Delete: %v", err)
-		}
-		assertGone(t, rt, spec.Name, pid, dir)
+	g := startGuest(ctx, t, "flood-console-pod.yaml", func(c *vm.Config) {
+		c.MemoryLimit, c.ConsoleOut, c.ConsoleLogBytes = 0, out, logCap
 	})
-	start := time.Now()
-	if err := m.Start(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
-	if pid, err = m.PID(ctx); err != nil {
-		t.Fatal(err)
-	}
-	console := watchConsole(t, layout.ConsoleLog())
-	console.waitFor(ctx, t, "VMPOD-GUEST: flood-console done")
-	elapsed := time.Since(start)
+	g.console.waitFor(ctx, t, "VMPOD-GUEST: flood-console done")
+	elapsed := time.Since(g.started)
+	layout := g.layout
 	var total int64
 	for _, f := range []string{layout.ConsoleLog(), layout.ConsoleLog() + ".1"} {
 		fi, err := os.Stat(f)

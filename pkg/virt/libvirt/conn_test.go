@@ -90,6 +90,7 @@ func TestLifecycleOnTestDriver(t *testing.T) {
 }
 
 func TestErrorClasses(t *testing.T) {
+	const ping = `{"execute":"guest-ping"}`
 	ctx := context.Background()
 	c := openTest(t)
 	name := domainName(t)
@@ -123,6 +124,10 @@ func TestErrorClasses(t *testing.T) {
 		{"zero hard limit", func() error { return c.SetMemoryHardLimit(ctx, name, 0) }, errdefs.IsInvalidArgument},
 		{"hard limit on stopped", func() error { return c.SetMemoryHardLimit(ctx, name, 1<<30) }, errdefs.IsFailedPrecondition},
 		{"Start running", func() error { return c.Start(ctx, "test", virt.StartOptions{}) }, errdefs.IsFailedPrecondition},
+		{"AgentCommand missing", func() error { _, err := c.AgentCommand(ctx, "no-such-domain", ping, time.Second); return err }, errdefs.IsNotFound},
+		{"AgentCommand stopped", func() error { _, err := c.AgentCommand(ctx, name, ping, time.Second); return err }, errdefs.IsFailedPrecondition},
+		// The test driver has no guest agents.
+		{"AgentCommand on the test driver", func() error { _, err := c.AgentCommand(ctx, "test", ping, time.Second); return err }, errdefs.IsNotImplemented},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

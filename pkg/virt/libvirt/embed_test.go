@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/google/go-cmp/cmp"
 	"libvirt.org/go/libvirtxml"
 
@@ -168,6 +169,11 @@ func helperLifecycle(t *testing.T, c *Conn, root string) {
 	}
 	if fi, err := os.Stat(serial); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 65534 {
 		t.Errorf("serial log %s was chowned or removed (err %v)", serial, err)
+	}
+	// The domain has no guest agent channel: the caller learns that, fast.
+	if _, err := c.AgentCommand(ctx, name, `{"execute":"guest-ping"}`, time.Second); !errdefs.IsFailedPrecondition(err) ||
+		!strings.Contains(err.Error(), "no guest agent channel") {
+		t.Errorf("AgentCommand without a channel: err = %v, want FailedPrecondition naming the missing channel", err)
 	}
 	names, err := c.List(ctx)
 	must(t, err)

@@ -62,3 +62,33 @@ func TestClassify(t *testing.T) {
 		t.Errorf("classify(non-libvirt) = %v, want it wrapped", err)
 	}
 }
+
+func TestAgentError(t *testing.T) {
+	tests := []struct {
+		name string
+		err  lv.Error
+		is   func(error) bool
+		says string
+	}{
+		{"not connected", lv.Error{Code: lv.ERR_AGENT_UNRESPONSIVE, Message: "Guest agent is not responding: QEMU guest agent is not connected"},
+			errdefs.IsUnavailable, "the guest runs no QEMU guest agent"},
+		{"timed out", lv.Error{Code: lv.ERR_AGENT_UNRESPONSIVE, Message: "Guest agent is not responding: Guest agent not available for now"},
+			errdefs.IsUnavailable, "the guest runs no QEMU guest agent"},
+		{"no channel", lv.Error{Code: lv.ERR_ARGUMENT_UNSUPPORTED, Message: "argument unsupported: QEMU guest agent is not configured"},
+			errdefs.IsFailedPrecondition, "no guest agent channel"},
+		{"refused", lv.Error{Code: lv.ERR_INTERNAL_ERROR, Message: "internal error: unable to execute QEMU agent command 'guest-exec': Guest agent command failed, error was 'Failed to execute child process \u201cnope\u201d (No such file or directory)'"},
+			errdefs.IsInvalidArgument, "the agent refused the command: 'guest-exec': Guest agent command failed, error was 'Failed to execute child process"},
+		{"other internal", lv.Error{Code: lv.ERR_INTERNAL_ERROR, Message: "something else"},
+			errdefs.IsInternal, "something else"},
+		{"test driver", lv.Error{Code: lv.ERR_NO_SUPPORT, Message: "this function is not supported by the connection driver: virDomainQemuAgentCommand"},
+			errdefs.IsNotImplemented, "not supported"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := agentError(tt.err, "x")
+			if !tt.is(err) || !strings.Contains(err.Error(), tt.says) || !strings.HasPrefix(err.Error(), `guest agent of domain "x": `) {
+				t.Errorf("agentError = %v, want the class and %q", err, tt.says)
+			}
+		})
+	}
+}
