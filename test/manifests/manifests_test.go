@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
+	"github.com/vmpod/vmpod/internal/testenv/controlplane"
 	"github.com/vmpod/vmpod/pkg/vmspec"
 )
 
@@ -116,8 +117,10 @@ func TestManifests(t *testing.T) {
 	for _, k := range kustomizations {
 		built[k] = build(t, filepath.Join(root, k))
 	}
-	cfg := startAPIServer(t)
-	apply := applier(t, cfg)
+	// The installer and the labeller are privileged, as kubeadm and kind
+	// clusters allow.
+	cp := controlplane.Start(t, controlplane.Options{AllowPrivileged: true})
+	apply := applier(t, cp.Config)
 
 	for _, o := range built["manifests"] {
 		if o.GetKind() == "Namespace" {
@@ -135,7 +138,7 @@ func TestManifests(t *testing.T) {
 			}
 		})
 	}
-	t.Run("scheduler config", func(t *testing.T) { checkSchedulerConfig(t, cfg, built["manifests"]) })
+	t.Run("scheduler config", func(t *testing.T) { checkSchedulerConfig(t, cp.Kubeconfig(t), built["manifests"]) })
 }
 
 // applier returns a function that server-side applies one object.

@@ -30,6 +30,7 @@ import (
 	"k8s.io/client-go/restmapper"
 	"k8s.io/kubernetes/pkg/generated/openapi"
 
+	"github.com/vmpod/vmpod/internal/testenv/controlplane"
 	"github.com/vmpod/vmpod/pkg/host"
 	"github.com/vmpod/vmpod/pkg/labeller"
 )
@@ -151,7 +152,8 @@ func nodeWith(name string) *corev1.Node {
 // patches nodes with the labeller's own kind of credentials: a token bound
 // to a pod of its service account on node vm-node-a.
 func TestLabellerPolicy(t *testing.T) {
-	admin, cfg := startAPIServerWith(t, startEtcd(t), "--authorization-mode=RBAC")
+	cp := controlplane.Start(t, controlplane.Options{Authorization: "RBAC"})
+	admin, cfg := cp.Client, cp.Config
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	apply(ctx, t, admin)
