@@ -5,7 +5,9 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"github.com/vmpod/vmpod/internal/testenv/hostcaps"
 	"github.com/vmpod/vmpod/pkg/convert"
+	"github.com/vmpod/vmpod/pkg/host"
 	"github.com/vmpod/vmpod/pkg/vmspec"
 	. "github.com/vmpod/vmpod/pkg/vmspec/vmspectest"
 )
@@ -20,7 +22,7 @@ func FuzzDomain(f *testing.F) {
 	f.Add(vmspec.AnnotationAccel, "kvm", "2", "1Gi", true)
 	f.Add(vmspec.AnnotationCPUModel, "host-model", "300m", "64Mi", false)
 	f.Add(vmspec.AnnotationBoot, "disk", "16", "2Gi", true)
-	hosts := []string{"tcg-debian12", "kvm-example"}
+	hosts := []string{hostcaps.TCG, hostcaps.KVM}
 	f.Fuzz(func(t *testing.T, key, value, cpu, mem string, kvm bool) {
 		pod := MakePod("fuzz").Annotation(key, value)
 		if !setQuantity(pod.CPU, cpu) || !setQuantity(pod.Memory, mem) {
@@ -30,9 +32,9 @@ func FuzzDomain(f *testing.F) {
 		if err != nil {
 			return // FuzzAnnotations covers FromPod's errors
 		}
-		h := loadHost(t, hosts[0])
+		h := hostcaps.Golden[host.Host](t, hosts[0])
 		if kvm {
-			h = loadHost(t, hosts[1])
+			h = hostcaps.Golden[host.Host](t, hosts[1])
 		}
 		d, err := convert.Domain(s, h, paths())
 		if err != nil {

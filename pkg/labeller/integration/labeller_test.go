@@ -2,10 +2,7 @@ package integration
 
 import (
 	"context"
-	"encoding/json"
 	"maps"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,32 +13,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/vmpod/vmpod/internal/testenv/controlplane"
+	"github.com/vmpod/vmpod/internal/testenv/hostcaps"
 	"github.com/vmpod/vmpod/pkg/host"
 	"github.com/vmpod/vmpod/pkg/labeller"
 	"github.com/vmpod/vmpod/pkg/vmspec"
 )
-
-func readTestdata(t *testing.T, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "host", "testdata", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-func hostFromGolden(t *testing.T, name string) host.Host {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "host", "testdata", name+".golden.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var h host.Host
-	if err := json.Unmarshal(b, &h); err != nil {
-		t.Fatal(err)
-	}
-	return h
-}
 
 // TestLabellerAgainstAPIServer labels a Node of a real apiserver from a
 // TCG host, then from a KVM host, and checks that its labels follow while
@@ -72,7 +48,7 @@ func TestLabellerAgainstAPIServer(t *testing.T) {
 		}
 	})
 
-	current := hostFromGolden(t, "tcg-debian12")
+	current := hostcaps.Golden[host.Host](t, hostcaps.TCG)
 	r := &labeller.Reconciler{
 		Nodes:        nodes,
 		NodeName:     node.Name,
@@ -112,7 +88,7 @@ func TestLabellerAgainstAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	current = hostFromGolden(t, "kvm-example")
+	current = hostcaps.Golden[host.Host](t, hostcaps.KVM)
 	c, err = r.Once(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -141,7 +117,7 @@ func TestKVMReasonAgainstAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	const why = "a guest under KVM failed: QEMU exited with status 1: failed to set MSR 0x10a"
-	probed, err := host.Parse(readTestdata(t, "kvm-example.caps.xml"), readTestdata(t, "tcg-debian12.domcaps.xml"), host.WithoutKVM(why))
+	probed, err := host.Parse(hostcaps.Caps(t, hostcaps.KVM), hostcaps.DomCaps(t, hostcaps.TCG), host.WithoutKVM(why))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +153,7 @@ func TestKVMReasonAgainstAPIServer(t *testing.T) {
 		t.Errorf("event %+v", ev)
 	}
 
-	current = hostFromGolden(t, "kvm-example")
+	current = hostcaps.Golden[host.Host](t, hostcaps.KVM)
 	if _, err := r.Once(ctx); err != nil {
 		t.Fatal(err)
 	}

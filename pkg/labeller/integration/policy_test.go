@@ -31,6 +31,7 @@ import (
 	"k8s.io/kubernetes/pkg/generated/openapi"
 
 	"github.com/vmpod/vmpod/internal/testenv/controlplane"
+	"github.com/vmpod/vmpod/internal/testenv/hostcaps"
 	"github.com/vmpod/vmpod/pkg/host"
 	"github.com/vmpod/vmpod/pkg/labeller"
 )
@@ -279,7 +280,7 @@ func TestLabellerPolicy(t *testing.T) {
 
 	// The labeller itself, under the policy: its labels, its annotation and
 	// its Warning event all go through.
-	probed := hostFromGolden(t, "kvm-example")
+	probed := hostcaps.Golden[host.Host](t, hostcaps.KVM)
 	probed.Accels = []host.Accel{host.AccelTCG}
 	probed.KVMReason = "no /dev/kvm"
 	r := &labeller.Reconciler{Nodes: onA.CoreV1().Nodes(), NodeName: "vm-node-a", Events: onA.CoreV1(),
