@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/vmpod/vmpod/internal/testenv/hostcaps"
 )
 
 // The binary is built once and run as a user would run it.
@@ -40,12 +42,10 @@ func vmRuntime(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	return o.String(), e.String(), 0
 }
 
-const (
-	tcgCaps    = "../../pkg/host/testdata/tcg-debian12.caps.xml"
-	tcgDomCaps = "../../pkg/host/testdata/tcg-debian12.domcaps.xml"
-	kvmCaps    = "../../pkg/host/testdata/kvm-example.caps.xml"
-	kvmDomCaps = "../../pkg/host/testdata/kvm-example.domcaps.xml"
-)
+// nodeFlags are render's flags for the node of a golden host capture.
+func nodeFlags(t *testing.T, name string) []string {
+	return []string{"--capabilities", hostcaps.CapsPath(t, name), "--domain-capabilities", hostcaps.DomCapsPath(t, name)}
+}
 
 // Every example renders to XML that libvirt's schema accepts, on a TCG
 // node, on a KVM node, and on this very node (through the embedded driver).
@@ -55,8 +55,8 @@ func TestRenderExamples(t *testing.T) {
 		t.Fatalf("no examples (%v)", err)
 	}
 	nodes := map[string][]string{
-		"tcg":       {"--capabilities", tcgCaps, "--domain-capabilities", tcgDomCaps},
-		"kvm":       {"--capabilities", kvmCaps, "--domain-capabilities", kvmDomCaps},
+		"tcg":       nodeFlags(t, hostcaps.TCG),
+		"kvm":       nodeFlags(t, hostcaps.KVM),
 		"this-node": nil,
 	}
 	for _, ex := range examples {
@@ -91,8 +91,7 @@ func TestRenderErrors(t *testing.T) {
 		{"bad annotation", []string{"-f", "testdata/bad-firmware.yaml"}, 2, `vmpod.io/firmware: "efi" is not one of bios, uefi`},
 		{"not a VM pod", []string{"-f", "testdata/not-a-vm.yaml"}, 2, `spec.runtimeClassName: "" is not vmpod`},
 		{"typo in the manifest", []string{"-f", "testdata/typo.yaml"}, 2, `unknown field "resoures"`},
-		{"kvm pod on a tcg node", []string{"-f", "../../examples/test-guest.yaml", "--capabilities", tcgCaps,
-			"--domain-capabilities", tcgDomCaps}, 0, ""},
+		{"kvm pod on a tcg node", append([]string{"-f", "../../examples/test-guest.yaml"}, nodeFlags(t, hostcaps.TCG)...), 0, ""},
 		{"missing file", []string{"-f", "testdata/nope.yaml"}, 1, "no such file"},
 		{"no -f", nil, 2, "want -f pod.yaml"},
 	}
@@ -119,11 +118,11 @@ func TestRenderKVMRequired(t *testing.T) {
 	if err := os.WriteFile(pod, manifest, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, errOut, code := vmRuntime(t, "render", "-f", pod, "--capabilities", tcgCaps, "--domain-capabilities", tcgDomCaps)
+	_, errOut, code := vmRuntime(t, append([]string{"render", "-f", pod}, nodeFlags(t, hostcaps.TCG)...)...)
 	if code != 2 || !strings.Contains(errOut, `vmpod.io/accel: "kvm": the node has no KVM`) {
 		t.Errorf("TCG node: exit %d, stderr %q", code, errOut)
 	}
-	out, errOut, code := vmRuntime(t, "render", "-f", pod, "--capabilities", kvmCaps, "--domain-capabilities", kvmDomCaps)
+	out, errOut, code := vmRuntime(t, append([]string{"render", "-f", pod}, nodeFlags(t, hostcaps.KVM)...)...)
 	if code != 0 || !strings.HasPrefix(out, `<domain type="kvm">`) {
 		t.Errorf("KVM node: exit %d, stderr %q, out %.60q", code, errOut, out)
 	}

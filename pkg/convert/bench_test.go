@@ -3,7 +3,9 @@ package convert_test
 import (
 	"testing"
 
+	"github.com/vmpod/vmpod/internal/testenv/hostcaps"
 	"github.com/vmpod/vmpod/pkg/convert"
+	"github.com/vmpod/vmpod/pkg/host"
 	"github.com/vmpod/vmpod/pkg/vmspec"
 	. "github.com/vmpod/vmpod/pkg/vmspec/vmspectest"
 )
@@ -15,7 +17,7 @@ func BenchmarkDomain(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	h := loadHost(b, "tcg-debian12")
+	h := hostcaps.Golden[host.Host](b, hostcaps.TCG)
 	p := paths()
 	b.ReportAllocs()
 	for b.Loop() {
@@ -32,7 +34,7 @@ func BenchmarkDomain(b *testing.B) {
 // BenchmarkFromPodAndDomain adds building the Spec from the pod.
 func BenchmarkFromPodAndDomain(b *testing.B) {
 	pod := MakePod("bench").CPU("2").Memory("1Gi").Obj()
-	h := loadHost(b, "tcg-debian12")
+	h := hostcaps.Golden[host.Host](b, hostcaps.TCG)
 	p := paths()
 	b.ReportAllocs()
 	for b.Loop() {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"github.com/vmpod/vmpod/internal/testenv/hostcaps"
 	"github.com/vmpod/vmpod/pkg/convert"
 	"github.com/vmpod/vmpod/pkg/host"
 	"github.com/vmpod/vmpod/pkg/vmspec"
@@ -55,9 +56,9 @@ func fuzzedSpec(t *testing.T, pod *PodWrapper, key, value, cpu, mem string, kvm 
 	if err != nil {
 		return vmspec.Spec{}, host.Host{}, false
 	}
-	h := loadHost(t, "tcg-debian12")
+	h := hostcaps.Golden[host.Host](t, hostcaps.TCG)
 	if kvm {
-		h = loadHost(t, "kvm-example")
+		h = hostcaps.Golden[host.Host](t, hostcaps.KVM)
 	}
 	return s, h, true
 }

@@ -1,7 +1,6 @@
 package convert_test
 
 import (
-	"encoding/json"
 	"flag"
 	"os"
 	"path/filepath"
@@ -9,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/vmpod/vmpod/internal/testenv/hostcaps"
 	"github.com/vmpod/vmpod/pkg/convert"
 	"github.com/vmpod/vmpod/pkg/host"
 	"github.com/vmpod/vmpod/pkg/vmspec"
@@ -16,21 +16,6 @@ import (
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
-
-// loadHost reads a node parsed by pkg/host's own golden tests, so the
-// converter is tested against hosts libvirt really described.
-func loadHost(t testing.TB, name string) host.Host {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "host", "testdata", name+".golden.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var h host.Host
-	if err := json.Unmarshal(b, &h); err != nil {
-		t.Fatal(err)
-	}
-	return h
-}
 
 const state = "/var/lib/vmpod/pods/0123abcd"
 
@@ -69,12 +54,12 @@ func goldenCases() []struct {
 		paths func(*convert.Paths)
 	}{
 		{
-			name: "kernel-boot-tcg", host: "tcg-debian12",
+			name: "kernel-boot-tcg", host: hostcaps.TCG,
 			pod:   MakePod("guest").CPU("2").Memory("256Mi").Annotation(vmspec.AnnotationKernelCmdline, "quiet"),
 			paths: func(*convert.Paths) {},
 		},
 		{
-			name: "disk-boot-uefi-kvm", host: "kvm-example",
+			name: "disk-boot-uefi-kvm", host: hostcaps.KVM,
 			pod: MakePod("db").Namespace("prod").CPU("4").Memory("8Gi").
 				Annotation(vmspec.AnnotationFirmware, "uefi").
 				Annotation(vmspec.AnnotationBoot, "disk").
@@ -84,7 +69,7 @@ func goldenCases() []struct {
 			paths: func(*convert.Paths) {},
 		},
 		{
-			name: "named-model-sata-kvm", host: "kvm-example",
+			name: "named-model-sata-kvm", host: hostcaps.KVM,
 			pod: MakePod("legacy").Memory("2Gi").
 				Annotation(vmspec.AnnotationCPUModel, "Skylake-Client-IBRS").
 				Annotation(vmspec.AnnotationCPUFeatures, "aes,avx2").
@@ -93,14 +78,14 @@ func goldenCases() []struct {
 			paths: func(p *convert.Paths) { p.Kernel, p.Initrd = "", "" },
 		},
 		{
-			name: "scsi-volume-tcg", host: "tcg-debian12",
+			name: "scsi-volume-tcg", host: hostcaps.TCG,
 			pod: MakePod("batch").Memory("512Mi").
 				Annotation(vmspec.AnnotationDiskBus, "scsi").
 				BlockVolume("data", "batch-data", "/dev/data"),
 			paths: func(p *convert.Paths) { p.Kernel, p.Initrd = "", "" },
 		},
 		{
-			name: "headless-no-network-tcg", host: "tcg-debian12",
+			name: "headless-no-network-tcg", host: hostcaps.TCG,
 			pod: MakePod("job").Memory("128Mi").
 				Annotation(vmspec.AnnotationConsole, "off").
 				Annotation(vmspec.AnnotationNetwork, "none"),
@@ -138,7 +123,7 @@ func render(t testing.TB, hostName string, pod *PodWrapper, edit func(*convert.P
 	}
 	p := paths()
 	edit(&p)
-	d, err := convert.Domain(s, loadHost(t, hostName), p)
+	d, err := convert.Domain(s, hostcaps.Golden[host.Host](t, hostName), p)
 	if err != nil {
 		t.Fatal(err)
 	}

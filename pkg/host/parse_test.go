@@ -2,16 +2,15 @@ package host
 
 import (
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/vmpod/vmpod/internal/testenv/hostcaps"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden.json from Parse's output")
@@ -34,39 +33,24 @@ func debianFiles(p string) bool {
 // <name>.domcaps.xml, if any (the test driver has none), and compares the
 // result with <name>.golden.json.
 func TestParseGolden(t *testing.T) {
-	capsFiles, err := filepath.Glob(filepath.Join("testdata", "*.caps.xml"))
-	if err != nil || len(capsFiles) == 0 {
-		t.Fatalf("no testdata/*.caps.xml: %v", err)
-	}
-	for _, capsFile := range capsFiles {
-		name := strings.TrimSuffix(filepath.Base(capsFile), ".caps.xml")
+	for _, name := range hostcaps.Names(t) {
 		t.Run(name, func(t *testing.T) {
-			caps := readTestdata(t, name+".caps.xml")
-			domCaps := readTestdata(t, name+".domcaps.xml")
-			got, err := Parse(caps, domCaps, WithFiles(debianFiles))
+			got, err := Parse(hostcaps.Caps(t, name), hostcaps.DomCaps(t, name), WithFiles(debianFiles))
 			if err != nil {
 				t.Fatalf("Parse: %v", err)
 			}
 
-			golden := filepath.Join("testdata", name+".golden.json")
 			if *update {
 				b, err := json.MarshalIndent(got, "", "  ")
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := os.WriteFile(golden, append(b, '\n'), 0o644); err != nil {
+				if err := os.WriteFile(hostcaps.GoldenPath(t, name), append(b, '\n'), 0o644); err != nil {
 					t.Fatal(err)
 				}
 				return
 			}
-			var want Host
-			b, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run go test ./pkg/host -update)", err)
-			}
-			if err := json.Unmarshal(b, &want); err != nil {
-				t.Fatalf("%s: %v", golden, err)
-			}
+			want := hostcaps.Golden[Host](t, name)
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("Parse(%s) mismatch (-want +got):\n%s", name, diff)
 			}
@@ -74,26 +58,12 @@ func TestParseGolden(t *testing.T) {
 	}
 }
 
-// readTestdata returns nil for a missing file: a driver without domain
-// capabilities has no .domcaps.xml.
-func readTestdata(t *testing.T, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", name))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 // TestParseWithoutExtras checks what Parse makes of the TCG capture when
 // parts are left out: no domain capabilities (MaxVCPUs from the default
 // machine type) and no WithFiles (firmware as libvirt names it, no qboot).
 func TestParseWithoutExtras(t *testing.T) {
-	caps := readTestdata(t, "tcg-debian12.caps.xml")
-	domCaps := readTestdata(t, "tcg-debian12.domcaps.xml")
+	caps := hostcaps.Caps(t, hostcaps.TCG)
+	domCaps := hostcaps.DomCaps(t, hostcaps.TCG)
 	type summary struct {
 		MaxVCPUs  int
 		HostModel string
@@ -213,8 +183,8 @@ func TestParseErrors(t *testing.T) {
 // TestParseWithoutKVM: where the KVM probe failed, the node runs TCG even
 // though libvirt offers KVM, and the Host keeps the probe's reason.
 func TestParseWithoutKVM(t *testing.T) {
-	caps := readTestdata(t, "kvm-example.caps.xml")
-	tcgDomCaps := readTestdata(t, "tcg-debian12.domcaps.xml")
+	caps := hostcaps.Caps(t, hostcaps.KVM)
+	tcgDomCaps := hostcaps.DomCaps(t, hostcaps.TCG)
 	if _, err := Parse(caps, tcgDomCaps); err == nil {
 		t.Fatal("KVM capabilities with TCG domain capabilities parsed without WithoutKVM")
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/vmpod/vmpod/internal/testenv/hostcaps"
 	"github.com/vmpod/vmpod/pkg/host"
 	"github.com/vmpod/vmpod/pkg/labeller"
 	"github.com/vmpod/vmpod/pkg/vmspec"
@@ -18,32 +19,12 @@ import (
 
 var update = flag.Bool("update", false, "rewrite testdata/*.labels.json from Labels' output")
 
-// hostFromGolden loads one of pkg/host's golden Hosts (what Parse made of
-// real capabilities XML), so these tests follow pkg/host's.
-func hostFromGolden(t testing.TB, name string) host.Host {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "host", "testdata", name+".golden.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var h host.Host
-	if err := json.Unmarshal(b, &h); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	return h
-}
-
 // TestLabelsGolden turns each pkg/host/testdata/<name>.golden.json Host
 // into labels and compares them with testdata/<name>.labels.json.
 func TestLabelsGolden(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("..", "host", "testdata", "*.golden.json"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no ../host/testdata/*.golden.json: %v", err)
-	}
-	for _, f := range files {
-		name := strings.TrimSuffix(filepath.Base(f), ".golden.json")
+	for _, name := range hostcaps.Names(t) {
 		t.Run(name, func(t *testing.T) {
-			got, skipped := labeller.Desired(hostFromGolden(t, name))
+			got, skipped := labeller.Desired(hostcaps.Golden[host.Host](t, name))
 			if len(skipped) > 0 {
 				t.Errorf("skipped %v, want none from real capabilities", skipped)
 			}

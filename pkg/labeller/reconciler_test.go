@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/vmpod/vmpod/internal/testenv/hostcaps"
 	"github.com/vmpod/vmpod/pkg/host"
 	"github.com/vmpod/vmpod/pkg/labeller"
 )
@@ -58,7 +59,7 @@ func union(a, b map[string]string) map[string]string {
 
 func TestOnce(t *testing.T) {
 	ctx := context.Background()
-	tcg, kvm := hostFromGolden(t, "tcg-debian12"), hostFromGolden(t, "kvm-example")
+	tcg, kvm := hostcaps.Golden[host.Host](t, hostcaps.TCG), hostcaps.Golden[host.Host](t, hostcaps.KVM)
 	client := fake.NewClientset(nodeWithLabels(foreignLabels))
 	src := &capsSource{h: tcg}
 	r := &labeller.Reconciler{Nodes: client.CoreV1().Nodes(), NodeName: "node-1", Capabilities: src.read, Log: quietLog()}
@@ -127,7 +128,7 @@ func TestOnceNoNode(t *testing.T) {
 // TestRun follows a capability change and repairs a label someone removed,
 // then stops with its context.
 func TestRun(t *testing.T) {
-	tcg, kvm := hostFromGolden(t, "tcg-debian12"), hostFromGolden(t, "kvm-example")
+	tcg, kvm := hostcaps.Golden[host.Host](t, hostcaps.TCG), hostcaps.Golden[host.Host](t, hostcaps.KVM)
 	client := fake.NewClientset(nodeWithLabels(foreignLabels))
 	nodes := client.CoreV1().Nodes()
 	src := &capsSource{h: tcg}

@@ -22,6 +22,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"golang.org/x/sys/unix"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/vmpod/vmpod/internal/ociarchive"
 	"github.com/vmpod/vmpod/internal/testenv/containerd"
@@ -342,7 +343,7 @@ func assertNoVM(t *testing.T, c *containerd.Containerd, ps containerd.PodStatus,
 
 // assertPodGone checks that nothing of a removed pod is left: no QEMU or
 // shim process, no netns, no mount, no cgroup, no shim state.
-func assertPodGone(t *testing.T, c *containerd.Containerd, state string, pod *containerd.PodSandboxConfig, ps containerd.PodStatus, podDir, ctrID string) {
+func assertPodGone(t *testing.T, c *containerd.Containerd, state string, pod *runtimeapi.PodSandboxConfig, ps containerd.PodStatus, podDir, ctrID string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	var left []int

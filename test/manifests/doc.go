@@ -7,4 +7,8 @@
 // KubeSchedulerConfiguration is loaded by the scheduler's own code with
 // VMPlacement registered, and the installer script is run against
 // containerd 1.7- and 2.x-style configs.
+//
+// The apiserver comes from internal/testenv/controlplane. The tests may
+// import pkg/vmspec, pkg/scheduler/vmplacement and internal/testenv, and
+// no other vmpod package.
 package manifests

@@ -9,6 +9,8 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/vmpod/vmpod/internal/testenv/repo"
 )
 
 // TestInstallerCRIO runs the installer for CRI-O (CONTAINER_RUNTIME=crio):
@@ -17,7 +19,7 @@ import (
 // install changes nothing, a vmpod runtime defined elsewhere is refused,
 // and uninstall removes the drop-in and the shim.
 func TestInstallerCRIO(t *testing.T) {
-	script := filepath.Join(repoRoot(t), "manifests", "installer", "vmpod-installer.sh")
+	script := filepath.Join(repo.Root(t), "manifests", "installer", "vmpod-installer.sh")
 	host := t.TempDir()
 	bin := filepath.Join(host, "image", "vm-runtime")
 	writeFile(t, bin, []byte("#!/bin/sh\n"), 0o755)

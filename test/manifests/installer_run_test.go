@@ -13,6 +13,8 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/vmpod/vmpod/internal/testenv/repo"
 )
 
 // The installer's marker lines, as vmpod-installer.sh writes them.
@@ -127,7 +129,7 @@ func TestInstallerRunStops(t *testing.T) {
 }
 
 func installerScript(t *testing.T) string {
-	return filepath.Join(repoRoot(t), "manifests", "installer", "vmpod-installer.sh")
+	return filepath.Join(repo.Root(t), "manifests", "installer", "vmpod-installer.sh")
 }
 
 // installerEnv runs the installer against a scratch host: no host checks,
@@ -141,7 +143,7 @@ func installerEnv(host, bin string) []string {
 // installer.yaml, less what would reach the real host.
 func daemonSetEnv(t *testing.T) []string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), "manifests", "installer", "installer.yaml"))
+	b, err := os.ReadFile(filepath.Join(repo.Root(t), "manifests", "installer", "installer.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/vmpod/vmpod/internal/testenv/repo"
 )
 
 // The runtime tables the installer writes, by containerd config version.
@@ -26,7 +28,7 @@ var (
 // itself reads each result, and containerd 1.7 (_output/containerd-1.7/bin,
 // hack/containerd/install-1.7.sh) each version 2 result.
 func TestInstallerScript(t *testing.T) {
-	root := repoRoot(t)
+	root := repo.Root(t)
 	script := filepath.Join(root, "manifests", "installer", "vmpod-installer.sh")
 	for _, tc := range []struct {
 		name, config string // config: testdata file, "" for no config file
@@ -106,7 +108,7 @@ func TestInstallerRefusesForeignRuntime(t *testing.T) {
 	cfg := "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.vmpod]\n  runtime_type = \"io.containerd.vmpod.v2\"\n"
 	writeFile(t, filepath.Join(host, "etc", "containerd", "config.toml"), []byte(cfg), 0o644)
 	writeFile(t, filepath.Join(host, "vm-runtime"), nil, 0o755)
-	cmd := exec.Command("sh", filepath.Join(repoRoot(t), "manifests", "installer", "vmpod-installer.sh"), "install")
+	cmd := exec.Command("sh", filepath.Join(repo.Root(t), "manifests", "installer", "vmpod-installer.sh"), "install")
 	cmd.Env = append(os.Environ(), "HOST_ROOT="+host, "VMPOD_BIN="+filepath.Join(host, "vm-runtime"), "RESTART_CONTAINERD=none", "CHECK_HOST=false")
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "already defines a vmpod runtime") {

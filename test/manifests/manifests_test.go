@@ -30,6 +30,8 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
+	"github.com/vmpod/vmpod/internal/testenv/controlplane"
+	"github.com/vmpod/vmpod/internal/testenv/repo"
 	"github.com/vmpod/vmpod/pkg/vmspec"
 )
 
@@ -40,23 +42,6 @@ var kustomizations = []string{"manifests", "hack/local/manifests", "hack/kind/ma
 
 // fieldManager is what `kubectl apply --server-side` would say.
 const fieldManager = "vmpod-manifests-test"
-
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.HasPrefix(b, []byte("module github.com/vmpod/vmpod\n")) {
-			return dir
-		}
-		if filepath.Dir(dir) == dir {
-			t.Fatal("not inside the vmpod module")
-		}
-		dir = filepath.Dir(dir)
-	}
-}
 
 // build runs kustomize over dir as `kubectl apply -k dir` does.
 func build(t *testing.T, dir string) []*unstructured.Unstructured {
@@ -111,13 +96,15 @@ func id(o *unstructured.Unstructured) string {
 // created for real first, as namespace lifecycle admission refuses objects
 // in a namespace that does not exist.
 func TestManifests(t *testing.T) {
-	root := repoRoot(t)
+	root := repo.Root(t)
 	built := map[string][]*unstructured.Unstructured{}
 	for _, k := range kustomizations {
 		built[k] = build(t, filepath.Join(root, k))
 	}
-	cfg := startAPIServer(t)
-	apply := applier(t, cfg)
+	// The installer and the labeller are privileged, as kubeadm and kind
+	// clusters allow.
+	cp := controlplane.Start(t, controlplane.Options{AllowPrivileged: true})
+	apply := applier(t, cp.Config)
 
 	for _, o := range built["manifests"] {
 		if o.GetKind() == "Namespace" {
@@ -135,7 +122,7 @@ func TestManifests(t *testing.T) {
 			}
 		})
 	}
-	t.Run("scheduler config", func(t *testing.T) { checkSchedulerConfig(t, cfg, built["manifests"]) })
+	t.Run("scheduler config", func(t *testing.T) { checkSchedulerConfig(t, cp.Kubeconfig(t), built["manifests"]) })
 }
 
 // applier returns a function that server-side applies one object.
@@ -177,7 +164,7 @@ func applier(t *testing.T, cfg *restclient.Config) func(o *unstructured.Unstruct
 // manifest that kustomization.yaml does not name would never be applied
 // (nor tested here).
 func TestEveryFileIsApplied(t *testing.T) {
-	dir := filepath.Join(repoRoot(t), "manifests")
+	dir := filepath.Join(repo.Root(t), "manifests")
 	b, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -209,7 +196,7 @@ func TestEveryFileIsApplied(t *testing.T) {
 // the handler containerd is configured with, the overhead model's podFixed,
 // and the label the labeller writes.
 func TestRuntimeClass(t *testing.T) {
-	o := find(build(t, filepath.Join(repoRoot(t), "manifests")), "RuntimeClass", "vmpod")
+	o := find(build(t, filepath.Join(repo.Root(t), "manifests")), "RuntimeClass", "vmpod")
 	if o == nil {
 		t.Fatal("no RuntimeClass vmpod")
 	}
@@ -250,7 +237,7 @@ func equalMaps(a, b map[string]string) bool {
 // TestImagesArePlaceholders: users point the images at their own builds
 // with kustomize; nothing in manifests/ names a registry.
 func TestImagesArePlaceholders(t *testing.T) {
-	for _, o := range build(t, filepath.Join(repoRoot(t), "manifests")) {
+	for _, o := range build(t, filepath.Join(repo.Root(t), "manifests")) {
 		for _, path := range [][]string{{"spec", "template", "spec", "containers"}, {"spec", "template", "spec", "initContainers"}} {
 			cs, _, _ := unstructured.NestedSlice(o.Object, path...)
 			for _, c := range cs {

@@ -11,9 +11,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	restclient "k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
@@ -32,7 +29,7 @@ const schedulerName = "vmpod-scheduler"
 // plugin fail here as they would fail the Deployment. It then checks that
 // the profile runs VMPlacement at Filter and Score and that the leader
 // election lease is one the scheduler's Role lets it take.
-func checkSchedulerConfig(t *testing.T, cfg *restclient.Config, objs []*unstructured.Unstructured) {
+func checkSchedulerConfig(t *testing.T, kubeconfig string, objs []*unstructured.Unstructured) {
 	cm := find(objs, "ConfigMap", "vmpod-scheduler-config")
 	if cm == nil {
 		t.Fatal("no ConfigMap vmpod-scheduler-config")
@@ -43,7 +40,7 @@ func checkSchedulerConfig(t *testing.T, cfg *restclient.Config, objs []*unstruct
 		t.Fatalf("config.yaml: %v", err)
 	}
 	// In the cluster the in-cluster config is used; here, the test server.
-	config["clientConnection"] = map[string]any{"kubeconfig": writeKubeconfig(t, cfg)}
+	config["clientConnection"] = map[string]any{"kubeconfig": kubeconfig}
 	b, err := yaml.Marshal(config)
 	if err != nil {
 		t.Fatal(err)
@@ -102,24 +99,4 @@ func names(ps []schedconfig.Plugin) []string {
 		out = append(out, p.Name)
 	}
 	return out
-}
-
-// writeKubeconfig writes a kubeconfig for the test server's loopback client.
-func writeKubeconfig(t *testing.T, c *restclient.Config) string {
-	t.Helper()
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["test"] = &clientcmdapi.Cluster{
-		Server:                   c.Host,
-		CertificateAuthorityData: c.CAData,
-		// The loopback serving certificate is issued to this name.
-		TLSServerName: c.ServerName,
-	}
-	kc.AuthInfos["test"] = &clientcmdapi.AuthInfo{Token: c.BearerToken}
-	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "test"}
-	kc.CurrentContext = "test"
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }

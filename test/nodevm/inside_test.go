@@ -18,6 +18,7 @@ import (
 	systemd "github.com/coreos/go-systemd/v22/dbus"
 	godbus "github.com/godbus/dbus/v5"
 	appsv1 "k8s.io/api/apps/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/vmpod/vmpod/internal/testenv/containerd"
@@ -139,17 +140,16 @@ KillMode=process
 	podLimit := vmLimit() + 64<<20
 	startSlice(t, slice, podLimit)
 	dir := t.TempDir()
-	podJSON := writeJSON(t, dir, "pod.json", map[string]any{
-		"metadata":      map[string]any{"name": "guest", "namespace": "default", "uid": uid},
-		"log_directory": filepath.Join(dir, "logs"),
-		"linux":         map[string]any{"cgroup_parent": slice},
+	podJSON := writeJSON(t, dir, "pod.json", &runtimeapi.PodSandboxConfig{
+		Metadata:     &runtimeapi.PodSandboxMetadata{Name: "guest", Namespace: "default", Uid: uid},
+		LogDirectory: filepath.Join(dir, "logs"),
+		Linux:        &runtimeapi.LinuxPodSandboxConfig{CgroupParent: slice},
 	})
-	ctrJSON := writeJSON(t, dir, "vm.json", map[string]any{
-		"metadata": map[string]any{"name": "vm"},
-		"image":    map[string]any{"image": testguest.Image},
-		"log_path": "vm.log",
-		"linux": map[string]any{"resources": map[string]any{
-			"cpu_period": 100000, "cpu_quota": 100000, "cpu_shares": 1024, "memory_limit_in_bytes": guestBytes}},
+	ctrJSON := writeJSON(t, dir, "vm.json", &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: "vm"},
+		Image:    &runtimeapi.ImageSpec{Image: testguest.Image},
+		LogPath:  "vm.log",
+		Linux:    &runtimeapi.LinuxContainerConfig{Resources: containerd.Resources(1000, guestBytes)},
 	})
 	podID := mustCrictl("runp", "--runtime", "vmpod", podJSON)
 	id := mustCrictl("create", podID, ctrJSON, podJSON)

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmpod/vmpod/internal/testenv/containerd"
 	"github.com/vmpod/vmpod/internal/testenv/nodevm"
+	"github.com/vmpod/vmpod/internal/testenv/repo"
 	"github.com/vmpod/vmpod/internal/testguest"
 )
 
@@ -32,7 +32,7 @@ func TestCgroupV2SystemdNode(t *testing.T) {
 		return
 	}
 	start := time.Now()
-	repo := containerd.RepoRoot(t)
+	repo := repo.Root(t)
 	bin := t.TempDir()
 	build(t, repo, filepath.Join(bin, "vm-runtime"), "build", "./cmd/vm-runtime")
 	build(t, repo, filepath.Join(bin, "podcgroup.test"), "test", "-c", "-tags", "systemdnode", "./pkg/podcgroup")
@@ -141,7 +141,7 @@ func lastLines(s string, n int) string {
 // node, cgroup v1 with systemd as PID 1 (rare now, but still the kubelet's
 // systemd driver on older distros).
 func TestCgroupV1SystemdNode(t *testing.T) {
-	repo := containerd.RepoRoot(t)
+	repo := repo.Root(t)
 	bin := t.TempDir()
 	build(t, repo, filepath.Join(bin, "podcgroup.test"), "test", "-c", "-tags", "systemdnode", "./pkg/podcgroup")
 	res := nodevm.Run(t, nodevm.Options{

@@ -90,7 +90,7 @@ func TestRuncPod(t *testing.T) {
 	}
 
 	// The sandbox's processes sit under the cgroup parent.
-	procs, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/pids", c.CgroupParent, "pod"+pod.Metadata.UID, id, "cgroup.procs"))
+	procs, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/pids", c.CgroupParent, "pod"+pod.Metadata.Uid, id, "cgroup.procs"))
 	if err != nil || len(strings.Fields(string(procs))) == 0 {
 		t.Errorf("sandbox cgroup: %q, %v", procs, err)
 	}

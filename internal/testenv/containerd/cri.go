@@ -2,11 +2,12 @@ package containerd
 
 import (
 	"encoding/json"
-	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // Crictl runs crictl against this containerd, inside the node's network
@@ -68,6 +69,8 @@ func (c *Containerd) ImportImage(t testing.TB, archive string) {
 
 // WriteJSON writes v as JSON to Root/configs/NAME and returns the path, for
 // `crictl runp POD.json` and `crictl create POD CONTAINER.json POD.json`.
+// crictl reads the CRI messages as encoding/json writes them from
+// k8s.io/cri-api's types: protobuf field names, enums as numbers.
 func (c *Containerd) WriteJSON(t testing.TB, name string, v any) string {
 	t.Helper()
 	b, err := json.MarshalIndent(v, "", "  ")
@@ -83,7 +86,7 @@ func (c *Containerd) WriteJSON(t testing.TB, name string, v any) string {
 
 // RunPod runs `crictl runp --runtime HANDLER` (HANDLER "" is containerd's
 // default, runc) and returns the sandbox ID.
-func (c *Containerd) RunPod(t testing.TB, pod *PodSandboxConfig, handler string) string {
+func (c *Containerd) RunPod(t testing.TB, pod *runtimeapi.PodSandboxConfig, handler string) string {
 	t.Helper()
 	path := c.WriteJSON(t, "pod-"+pod.Metadata.Namespace+"-"+pod.Metadata.Name+".json", pod)
 	args := []string{"runp"}
@@ -95,7 +98,7 @@ func (c *Containerd) RunPod(t testing.TB, pod *PodSandboxConfig, handler string)
 
 // CreateContainer runs `crictl create POD CONTAINER.json POD.json` (never
 // pulling) and returns the container ID.
-func (c *Containerd) CreateContainer(t testing.TB, podID string, ctr *ContainerConfig, pod *PodSandboxConfig) string {
+func (c *Containerd) CreateContainer(t testing.TB, podID string, ctr *runtimeapi.ContainerConfig, pod *runtimeapi.PodSandboxConfig) string {
 	t.Helper()
 	pp := c.WriteJSON(t, "pod-"+pod.Metadata.Namespace+"-"+pod.Metadata.Name+".json", pod)
 	cp := c.WriteJSON(t, "ctr-"+pod.Metadata.Namespace+"-"+pod.Metadata.Name+"-"+ctr.Metadata.Name+".json", ctr)
@@ -165,9 +168,9 @@ func (c *Containerd) StopRemovePod(t testing.TB, id string) {
 // no special settings: log directory under LogDir, cgroup parent
 // CgroupParent/pod<UID> (cgroupfs), pod network, a PID namespace per
 // container, and annotations from ANNOTATIONS (may be nil).
-func (c *Containerd) NewPodConfig(name, namespace, uid string, annotations map[string]string) *PodSandboxConfig {
-	return &PodSandboxConfig{
-		Metadata:     PodSandboxMetadata{Name: name, UID: uid, Namespace: namespace},
+func (c *Containerd) NewPodConfig(name, namespace, uid string, annotations map[string]string) *runtimeapi.PodSandboxConfig {
+	return &runtimeapi.PodSandboxConfig{
+		Metadata:     &runtimeapi.PodSandboxMetadata{Name: name, Uid: uid, Namespace: namespace},
 		Hostname:     name,
 		LogDirectory: filepath.Join(c.LogDir, namespace+"_"+name+"_"+uid),
 		Labels: map[string]string{
@@ -176,164 +179,45 @@ func (c *Containerd) NewPodConfig(name, namespace, uid string, annotations map[s
 			"io.kubernetes.pod.uid":       uid,
 		},
 		Annotations: annotations,
-		Linux: &LinuxPodSandboxConfig{
-			CgroupParent: c.CgroupParent + "/pod" + uid,
-			SecurityContext: &LinuxSandboxSecurityContext{
-				NamespaceOptions: &NamespaceOption{Network: NamespacePod, Pid: NamespaceContainer, Ipc: NamespacePod},
-			},
+		Linux: &runtimeapi.LinuxPodSandboxConfig{
+			CgroupParent:    c.CgroupParent + "/pod" + uid,
+			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: namespaces()},
 		},
 	}
 }
 
 // NewContainerConfig is a container config for IMAGE logging to
 // NAME/0.log under the pod's log directory.
-func NewContainerConfig(name, image string) *ContainerConfig {
-	return &ContainerConfig{
-		Metadata: ContainerMetadata{Name: name},
-		Image:    ImageSpec{Image: image},
+func NewContainerConfig(name, image string) *runtimeapi.ContainerConfig {
+	return &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: name},
+		Image:    &runtimeapi.ImageSpec{Image: image},
 		LogPath:  name + "/0.log",
-		Linux: &LinuxContainerConfig{
-			SecurityContext: &LinuxContainerSecurityContext{
-				NamespaceOptions: &NamespaceOption{Network: NamespacePod, Pid: NamespaceContainer, Ipc: NamespacePod},
-			},
+		Linux: &runtimeapi.LinuxContainerConfig{
+			SecurityContext: &runtimeapi.LinuxContainerSecurityContext{NamespaceOptions: namespaces()},
 		},
+	}
+}
+
+// namespaces are the kubelet's for a pod without host namespaces or
+// shareProcessNamespace.
+func namespaces() *runtimeapi.NamespaceOption {
+	return &runtimeapi.NamespaceOption{
+		Network: runtimeapi.NamespaceMode_POD,
+		Pid:     runtimeapi.NamespaceMode_CONTAINER,
+		Ipc:     runtimeapi.NamespaceMode_POD,
 	}
 }
 
 // Resources is CPU (millicores: a quota over a 100ms period, and shares, as
 // the kubelet computes them) and memory (bytes) limits for a container's or
 // a pod's Linux config; 0 leaves one unset.
-func Resources(milliCPU, memoryBytes int64) *LinuxContainerResources {
-	r := &LinuxContainerResources{MemoryLimitInBytes: memoryBytes}
+func Resources(milliCPU, memoryBytes int64) *runtimeapi.LinuxContainerResources {
+	r := &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: memoryBytes}
 	if milliCPU > 0 {
-		r.CPUPeriod = 100000
-		r.CPUQuota = milliCPU * 100000 / 1000
-		r.CPUShares = milliCPU * 1024 / 1000
+		r.CpuPeriod = 100000
+		r.CpuQuota = milliCPU * 100000 / 1000
+		r.CpuShares = milliCPU * 1024 / 1000
 	}
 	return r
-}
-
-func (p *PodSandboxConfig) String() string {
-	return fmt.Sprintf("%s/%s (%s)", p.Metadata.Namespace, p.Metadata.Name, p.Metadata.UID)
-}
-
-// The CRI v1 messages crictl reads, as JSON with the protobuf field names
-// (crictl decodes with encoding/json into k8s.io/cri-api types; enums are
-// numbers). Only the fields tests use; add more from
-// k8s.io/cri-api/pkg/apis/runtime/v1/api.proto as needed.
-
-type PodSandboxConfig struct {
-	Metadata     PodSandboxMetadata     `json:"metadata"`
-	Hostname     string                 `json:"hostname,omitempty"`
-	LogDirectory string                 `json:"log_directory,omitempty"`
-	DNSConfig    *DNSConfig             `json:"dns_config,omitempty"`
-	Labels       map[string]string      `json:"labels,omitempty"`
-	Annotations  map[string]string      `json:"annotations,omitempty"`
-	Linux        *LinuxPodSandboxConfig `json:"linux,omitempty"`
-}
-
-type PodSandboxMetadata struct {
-	Name      string `json:"name"`
-	UID       string `json:"uid"`
-	Namespace string `json:"namespace"`
-	Attempt   uint32 `json:"attempt,omitempty"`
-}
-
-type DNSConfig struct {
-	Servers  []string `json:"servers,omitempty"`
-	Searches []string `json:"searches,omitempty"`
-	Options  []string `json:"options,omitempty"`
-}
-
-type LinuxPodSandboxConfig struct {
-	CgroupParent    string                       `json:"cgroup_parent,omitempty"`
-	SecurityContext *LinuxSandboxSecurityContext `json:"security_context,omitempty"`
-	Sysctls         map[string]string            `json:"sysctls,omitempty"`
-	// Overhead is the RuntimeClass overhead; Resources the whole pod's
-	// (containerd passes it to the sandbox as io.kubernetes.cri.sandbox-*
-	// annotations).
-	Overhead  *LinuxContainerResources `json:"overhead,omitempty"`
-	Resources *LinuxContainerResources `json:"resources,omitempty"`
-}
-
-type LinuxSandboxSecurityContext struct {
-	NamespaceOptions *NamespaceOption `json:"namespace_options,omitempty"`
-	ReadonlyRootfs   bool             `json:"readonly_rootfs,omitempty"`
-	Privileged       bool             `json:"privileged,omitempty"`
-}
-
-// NamespaceMode is runtime.v1.NamespaceMode.
-type NamespaceMode int32
-
-const (
-	NamespacePod       NamespaceMode = 0
-	NamespaceContainer NamespaceMode = 1
-	NamespaceNode      NamespaceMode = 2
-	NamespaceTarget    NamespaceMode = 3
-)
-
-type NamespaceOption struct {
-	Network  NamespaceMode `json:"network,omitempty"`
-	Pid      NamespaceMode `json:"pid,omitempty"`
-	Ipc      NamespaceMode `json:"ipc,omitempty"`
-	TargetID string        `json:"target_id,omitempty"`
-}
-
-type LinuxContainerResources struct {
-	CPUPeriod          int64             `json:"cpu_period,omitempty"`
-	CPUQuota           int64             `json:"cpu_quota,omitempty"`
-	CPUShares          int64             `json:"cpu_shares,omitempty"`
-	MemoryLimitInBytes int64             `json:"memory_limit_in_bytes,omitempty"`
-	OomScoreAdj        int64             `json:"oom_score_adj,omitempty"`
-	CpusetCpus         string            `json:"cpuset_cpus,omitempty"`
-	CpusetMems         string            `json:"cpuset_mems,omitempty"`
-	Unified            map[string]string `json:"unified,omitempty"`
-}
-
-type ContainerConfig struct {
-	Metadata    ContainerMetadata     `json:"metadata"`
-	Image       ImageSpec             `json:"image"`
-	Command     []string              `json:"command,omitempty"`
-	Args        []string              `json:"args,omitempty"`
-	WorkingDir  string                `json:"working_dir,omitempty"`
-	Envs        []KeyValue            `json:"envs,omitempty"`
-	Mounts      []Mount               `json:"mounts,omitempty"`
-	Labels      map[string]string     `json:"labels,omitempty"`
-	Annotations map[string]string     `json:"annotations,omitempty"`
-	LogPath     string                `json:"log_path,omitempty"`
-	Stdin       bool                  `json:"stdin,omitempty"`
-	StdinOnce   bool                  `json:"stdin_once,omitempty"`
-	Tty         bool                  `json:"tty,omitempty"`
-	Linux       *LinuxContainerConfig `json:"linux,omitempty"`
-}
-
-type ContainerMetadata struct {
-	Name    string `json:"name"`
-	Attempt uint32 `json:"attempt,omitempty"`
-}
-
-type ImageSpec struct {
-	Image string `json:"image"`
-}
-
-type KeyValue struct {
-	Key   string `json:"key"`
-	Value string `json:"value"`
-}
-
-type Mount struct {
-	ContainerPath string `json:"container_path"`
-	HostPath      string `json:"host_path"`
-	Readonly      bool   `json:"readonly,omitempty"`
-}
-
-type LinuxContainerConfig struct {
-	Resources       *LinuxContainerResources       `json:"resources,omitempty"`
-	SecurityContext *LinuxContainerSecurityContext `json:"security_context,omitempty"`
-}
-
-type LinuxContainerSecurityContext struct {
-	Privileged       bool             `json:"privileged,omitempty"`
-	NamespaceOptions *NamespaceOption `json:"namespace_options,omitempty"`
-	ReadonlyRootfs   bool             `json:"readonly_rootfs,omitempty"`
 }

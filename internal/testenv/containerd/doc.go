@@ -24,5 +24,5 @@
 // Tests need root. The binaries come from hack/containerd/install.sh (1.7:
 // install-1.7.sh) and the pause image from hack/pause/build.sh, all cached.
 //
-// This package imports no vmpod package.
+// Of vmpod it imports internal/testenv/repo only.
 package containerd

@@ -11,28 +11,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
-)
 
-// RepoRoot is the vmpod checkout the test runs in: the nearest directory
-// above the working directory whose go.mod declares github.com/vmpod/vmpod.
-func RepoRoot(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && strings.HasPrefix(string(b), "module github.com/vmpod/vmpod\n") {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("containerd harness: not inside the vmpod module")
-		}
-		dir = parent
-	}
-}
+	"github.com/vmpod/vmpod/internal/testenv/repo"
+)
 
 // Within one test binary the scripts run once; across binaries they take
 // their own locks.
@@ -60,7 +41,7 @@ func installedBinDir(t testing.TB, r Release) string {
 	if int(r) >= len(installs) {
 		t.Fatalf("containerd harness: unknown %v", r)
 	}
-	repo := RepoRoot(t)
+	repo := repo.Root(t)
 	in := &installs[r]
 	in.once.Do(func() {
 		var script string
@@ -80,7 +61,7 @@ func builtPauseArchive(t testing.TB) string {
 	if p := os.Getenv("VMPOD_PAUSE_ARCHIVE"); p != "" {
 		return p
 	}
-	repo := RepoRoot(t)
+	repo := repo.Root(t)
 	pauseOnce.Do(func() {
 		var out string
 		out, pauseErr = runScript(t, filepath.Join(repo, "hack", "pause", "build.sh"), filepath.Join(repo, "_output", "pause"))

@@ -2,109 +2,29 @@ package integration
 
 import (
 	"context"
-	"encoding/json"
 	"maps"
-	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"go.etcd.io/etcd/server/v3/embed"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apiserver/pkg/storage/storagebackend"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	kubeapiservertesting "k8s.io/kubernetes/cmd/kube-apiserver/app/testing"
 
+	"github.com/vmpod/vmpod/internal/testenv/controlplane"
+	"github.com/vmpod/vmpod/internal/testenv/hostcaps"
 	"github.com/vmpod/vmpod/pkg/host"
 	"github.com/vmpod/vmpod/pkg/labeller"
 	"github.com/vmpod/vmpod/pkg/vmspec"
 )
-
-// startEtcd runs a one-member etcd on loopback ports the kernel picks, and
-// returns its client URL. It is stopped and its data removed at cleanup.
-func startEtcd(t *testing.T) string {
-	t.Helper()
-	cfg := embed.NewConfig()
-	cfg.Name = "labeller-test"
-	cfg.Dir = filepath.Join(t.TempDir(), "etcd")
-	cfg.LogLevel = "error"
-	loopback := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{loopback}, []url.URL{loopback}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{loopback}, []url.URL{loopback}
-	cfg.InitialCluster = cfg.Name + "=" + loopback.String()
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		t.Fatalf("etcd: %v", err)
-	}
-	t.Cleanup(e.Close)
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(60 * time.Second):
-		t.Fatal("etcd did not become ready in 60s")
-	}
-	return "http://" + e.Clients[0].Addr().String()
-}
-
-// startAPIServer runs a kube-apiserver on a loopback port over etcdURL.
-func startAPIServer(t *testing.T, etcdURL string) kubernetes.Interface {
-	t.Helper()
-	client, _ := startAPIServerWith(t, etcdURL)
-	return client
-}
-
-// startAPIServerWith is startAPIServer with more kube-apiserver flags; it
-// also returns the admin's rest.Config.
-func startAPIServerWith(t *testing.T, etcdURL string, flags ...string) (kubernetes.Interface, *rest.Config) {
-	t.Helper()
-	storage := storagebackend.NewDefaultConfig("/labeller-test", nil)
-	storage.Transport.ServerList = []string{etcdURL}
-	server, err := kubeapiservertesting.StartTestServer(t, kubeapiservertesting.NewDefaultTestServerOptions(),
-		append([]string{"--disable-admission-plugins=ServiceAccount,TaintNodesByCondition"}, flags...), storage)
-	if err != nil {
-		t.Fatalf("kube-apiserver: %v", err)
-	}
-	t.Cleanup(server.TearDownFn)
-	client, err := kubernetes.NewForConfig(server.ClientConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return client, server.ClientConfig
-}
-
-func readTestdata(t *testing.T, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "host", "testdata", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-func hostFromGolden(t *testing.T, name string) host.Host {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "host", "testdata", name+".golden.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var h host.Host
-	if err := json.Unmarshal(b, &h); err != nil {
-		t.Fatal(err)
-	}
-	return h
-}
 
 // TestLabellerAgainstAPIServer labels a Node of a real apiserver from a
 // TCG host, then from a KVM host, and checks that its labels follow while
 // every label it does not own stays as it was, including ones that look
 // like its own.
 func TestLabellerAgainstAPIServer(t *testing.T) {
-	client := startAPIServer(t, startEtcd(t))
+	client := controlplane.Start(t, controlplane.Options{}).Client
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	nodes := client.CoreV1().Nodes()
@@ -128,7 +48,7 @@ func TestLabellerAgainstAPIServer(t *testing.T) {
 		}
 	})
 
-	current := hostFromGolden(t, "tcg-debian12")
+	current := hostcaps.Golden[host.Host](t, hostcaps.TCG)
 	r := &labeller.Reconciler{
 		Nodes:        nodes,
 		NodeName:     node.Name,
@@ -168,7 +88,7 @@ func TestLabellerAgainstAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	current = hostFromGolden(t, "kvm-example")
+	current = hostcaps.Golden[host.Host](t, hostcaps.KVM)
 	c, err = r.Once(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -188,7 +108,7 @@ func TestLabellerAgainstAPIServer(t *testing.T) {
 // kvm=false, the annotation says why, and a Warning event on the Node says
 // it once; once KVM works, the annotation goes.
 func TestKVMReasonAgainstAPIServer(t *testing.T) {
-	client := startAPIServer(t, startEtcd(t))
+	client := controlplane.Start(t, controlplane.Options{}).Client
 	ctx := context.Background()
 	nodes := client.CoreV1().Nodes()
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "vm-node-2",
@@ -197,7 +117,7 @@ func TestKVMReasonAgainstAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	const why = "a guest under KVM failed: QEMU exited with status 1: failed to set MSR 0x10a"
-	probed, err := host.Parse(readTestdata(t, "kvm-example.caps.xml"), readTestdata(t, "tcg-debian12.domcaps.xml"), host.WithoutKVM(why))
+	probed, err := host.Parse(hostcaps.Caps(t, hostcaps.KVM), hostcaps.DomCaps(t, hostcaps.TCG), host.WithoutKVM(why))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +153,7 @@ func TestKVMReasonAgainstAPIServer(t *testing.T) {
 		t.Errorf("event %+v", ev)
 	}
 
-	current = hostFromGolden(t, "kvm-example")
+	current = hostcaps.Golden[host.Host](t, hostcaps.KVM)
 	if _, err := r.Once(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,8 @@ import (
 	"k8s.io/client-go/restmapper"
 	"k8s.io/kubernetes/pkg/generated/openapi"
 
+	"github.com/vmpod/vmpod/internal/testenv/controlplane"
+	"github.com/vmpod/vmpod/internal/testenv/hostcaps"
 	"github.com/vmpod/vmpod/pkg/host"
 	"github.com/vmpod/vmpod/pkg/labeller"
 )
@@ -151,7 +153,8 @@ func nodeWith(name string) *corev1.Node {
 // patches nodes with the labeller's own kind of credentials: a token bound
 // to a pod of its service account on node vm-node-a.
 func TestLabellerPolicy(t *testing.T) {
-	admin, cfg := startAPIServerWith(t, startEtcd(t), "--authorization-mode=RBAC")
+	cp := controlplane.Start(t, controlplane.Options{Authorization: "RBAC"})
+	admin, cfg := cp.Client, cp.Config
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	apply(ctx, t, admin)
@@ -277,7 +280,7 @@ func TestLabellerPolicy(t *testing.T) {
 
 	// The labeller itself, under the policy: its labels, its annotation and
 	// its Warning event all go through.
-	probed := hostFromGolden(t, "kvm-example")
+	probed := hostcaps.Golden[host.Host](t, hostcaps.KVM)
 	probed.Accels = []host.Accel{host.AccelTCG}
 	probed.KVMReason = "no /dev/kvm"
 	r := &labeller.Reconciler{Nodes: onA.CoreV1().Nodes(), NodeName: "vm-node-a", Events: onA.CoreV1(),

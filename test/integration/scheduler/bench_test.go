@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/component-base/metrics/legacyregistry"
 
+	"github.com/vmpod/vmpod/internal/testenv/controlplane"
 	"github.com/vmpod/vmpod/pkg/vmspec"
 	"github.com/vmpod/vmpod/pkg/vmspec/vmspectest"
 )
@@ -70,8 +71,8 @@ const (
 // round trips of binding do not blur. The profiles run in the order A B B A, so that drift in the
 // machine's load falls on both alike.
 func BenchmarkSchedulingThroughput(b *testing.B) {
-	cp := startControlPlane(b)
-	createBenchCluster(b, cp.client)
+	cp := controlplane.Start(b, controlplane.Options{})
+	createBenchCluster(b, cp.Client)
 	for _, mix := range []struct {
 		name  string
 		kinds int
@@ -80,7 +81,7 @@ func BenchmarkSchedulingThroughput(b *testing.B) {
 	}
 }
 
-func benchProfiles(b *testing.B, cp *controlPlane, mix string, kinds int) {
+func benchProfiles(b *testing.B, cp *controlplane.ControlPlane, mix string, kinds int) {
 	type profile struct{ name, scheduler, yaml string }
 	def := profile{"default plugins", "bench-default", benchProfileDefault}
 	vmp := profile{"default plugins + VMPlacement", "bench-vmplacement", benchProfileVMPlacement}
@@ -88,14 +89,14 @@ func benchProfiles(b *testing.B, cp *controlPlane, mix string, kinds int) {
 	algorithm := map[string]time.Duration{} // summed over the profile's runs
 	for i, p := range []profile{def, vmp, vmp, def} {
 		scheduler := fmt.Sprintf("%s-%s-%d", p.scheduler, mix, i)
-		createBenchPods(b, cp.client, scheduler, kinds)
-		bound := watchBindings(b, cp.client, scheduler)
+		createBenchPods(b, cp.Client, scheduler, kinds)
+		bound := watchBindings(b, cp.Client, scheduler)
 		algorithmBefore := algorithmTime(b)
-		stop := cp.startScheduler(b, strings.Replace(p.yaml, p.scheduler, scheduler, 1))
+		stop := startScheduler(b, cp, strings.Replace(p.yaml, p.scheduler, scheduler, 1))
 		first, last := bound.waitAll(b, benchPods)
 		stop()
 		algorithm[p.name] += algorithmTime(b) - algorithmBefore
-		deleteBenchPods(b, cp.client, scheduler)
+		deleteBenchPods(b, cp.Client, scheduler)
 		runs[p.name] = append(runs[p.name], last.Sub(first))
 	}
 

@@ -1,6 +1,3 @@
-// Package scheduler tests the VMPlacement plugin in a real kube-scheduler
-// against a real kube-apiserver and etcd, all in the test process and on
-// 127.0.0.1.
 package scheduler
 
 import (
@@ -17,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientset "k8s.io/client-go/kubernetes"
 
+	"github.com/vmpod/vmpod/internal/testenv/controlplane"
 	"github.com/vmpod/vmpod/pkg/scheduler/vmplacement"
 	"github.com/vmpod/vmpod/pkg/vmspec"
 	"github.com/vmpod/vmpod/pkg/vmspec/vmspectest"
@@ -55,10 +53,10 @@ const vmpodProfile = `profiles:
 `
 
 func TestVMPlacement(t *testing.T) {
-	cp := startControlPlane(t)
+	cp := controlplane.Start(t, controlplane.Options{})
 	ctx := t.Context()
-	createCluster(t, cp.client)
-	cp.startScheduler(t, vmpodProfile)
+	createCluster(t, cp.Client)
+	startScheduler(t, cp, vmpodProfile)
 
 	// A VM that fits kvm-tight by its requests (NodeResourcesFit) but not
 	// once its overhead is counted.
@@ -86,8 +84,8 @@ func TestVMPlacement(t *testing.T) {
 			// Features only kvm-epyc has.
 			{vmPod("sha").Memory("512Mi").Annotation(vmspec.AnnotationCPUFeatures, "sha-ni").Obj(), "kvm-epyc"},
 		} {
-			createPod(t, cp.client, tc.pod)
-			if got := waitBound(t, cp.client, tc.pod.Name); got != tc.wantNode {
+			createPod(t, cp.Client, tc.pod)
+			if got := waitBound(t, cp.Client, tc.pod.Name); got != tc.wantNode {
 				t.Errorf("pod %s bound to %s, want %s", tc.pod.Name, got, tc.wantNode)
 			}
 		}
@@ -116,15 +114,15 @@ func TestVMPlacement(t *testing.T) {
 				},
 			},
 		} {
-			createPod(t, cp.client, tc.pod)
-			msg := waitFailedScheduling(t, cp.client, tc.pod.Name)
+			createPod(t, cp.Client, tc.pod)
+			msg := waitFailedScheduling(t, cp.Client, tc.pod.Name)
 			t.Logf("pod %s: FailedScheduling: %s", tc.pod.Name, msg)
 			for _, want := range tc.wantReasons {
 				if !strings.Contains(msg, want) {
 					t.Errorf("pod %s: FailedScheduling event %q does not say %q", tc.pod.Name, msg, want)
 				}
 			}
-			pod, err := cp.client.CoreV1().Pods(namespace).Get(ctx, tc.pod.Name, metav1.GetOptions{})
+			pod, err := cp.Client.CoreV1().Pods(namespace).Get(ctx, tc.pod.Name, metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -138,15 +136,15 @@ func TestVMPlacement(t *testing.T) {
 		// VMPlacement would refuse no-vmpod for a VM pod; a plain pod
 		// and a pod of another RuntimeClass land there.
 		plain := withNodeSelector(plainPod("plain"), v1.LabelHostname, "no-vmpod")
-		createPod(t, cp.client, plain)
-		if got := waitBound(t, cp.client, plain.Name); got != "no-vmpod" {
+		createPod(t, cp.Client, plain)
+		if got := waitBound(t, cp.Client, plain.Name); got != "no-vmpod" {
 			t.Errorf("pod %s bound to %s, want no-vmpod", plain.Name, got)
 		}
 		runc := withNodeSelector(plainPod("runc"), v1.LabelHostname, "no-vmpod")
 		rc := "runc"
 		runc.Spec.RuntimeClassName = &rc
-		createPod(t, cp.client, runc)
-		if got := waitBound(t, cp.client, runc.Name); got != "no-vmpod" {
+		createPod(t, cp.Client, runc)
+		if got := waitBound(t, cp.Client, runc.Name); got != "no-vmpod" {
 			t.Errorf("pod %s bound to %s, want no-vmpod", runc.Name, got)
 		}
 	})
