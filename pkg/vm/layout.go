@@ -101,11 +101,11 @@ func (l Layout) Paths(s vmspec.Spec, img Image, jailer string) convert.Paths {
 	p := convert.Paths{
 		Emulator:    jailer,
 		EmulatorEnv: []string{jail.EnvSpec + "=" + l.JailSpec()},
-		Kernel:     img.Kernel,
-		Initrd:     img.Initrd,
-		NVRAM:      l.NVRAM(),
-		Console:    l.Console(),
-		GuestAgent: l.GuestAgent(),
+		Kernel:      img.Kernel,
+		Initrd:      img.Initrd,
+		NVRAM:       l.NVRAM(),
+		Console:     l.Console(),
+		GuestAgent:  l.GuestAgent(),
 	}
 	if img.Disk != "" {
 		p.RootDisk = l.Overlay()
