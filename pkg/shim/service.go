@@ -111,7 +111,11 @@ func (s *service) State(ctx context.Context, r *taskAPI.StateRequest) (*taskAPI.
 		return nil, notReady(r.ID, err)
 	}
 	if r.ExecID != "" {
-		return nil, execNotSupported()
+		e, err := t.getExec(r.ExecID)
+		if err != nil {
+			return nil, err
+		}
+		return e.state(r.ID), nil
 	}
 	st := t.st.get()
 	return &taskAPI.StateResponse{
@@ -171,7 +175,16 @@ func (s *service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.
 		return nil, notReady(r.ID, err)
 	}
 	if r.ExecID != "" {
-		return nil, execNotSupported()
+		e, err := t.getExec(r.ExecID)
+		if err != nil {
+			return nil, err
+		}
+		pid, err := e.start(ctx, s.publish)
+		if err != nil {
+			return nil, err
+		}
+		s.publish(&eventstypes.TaskExecStarted{ContainerID: r.ID, ExecID: r.ExecID, Pid: pid})
+		return &taskAPI.StartResponse{Pid: pid}, nil
 	}
 	pid, err := t.start(ctx)
 	if err != nil {
@@ -187,7 +200,16 @@ func (s *service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAP
 		return nil, notReady(r.ID, err)
 	}
 	if r.ExecID != "" {
-		return nil, execNotSupported()
+		e, err := t.getExec(r.ExecID)
+		if err != nil {
+			return nil, err
+		}
+		st := e.state(r.ID)
+		if st.Status != apiStatus(StatusStopped) && st.Status != apiStatus(StatusCreated) {
+			return nil, fmt.Errorf("exec %s is running: %w", r.ExecID, errdefs.ErrFailedPrecondition)
+		}
+		t.removeExec(r.ExecID)
+		return &taskAPI.DeleteResponse{Pid: st.Pid, ExitStatus: st.ExitStatus, ExitedAt: st.ExitedAt}, nil
 	}
 	if !t.isVM() && s.vmTaskLeft(r.ID) {
 		return nil, fmt.Errorf("sandbox %s: delete the VM task first: %w", r.ID, errdefs.ErrFailedPrecondition)
@@ -262,7 +284,12 @@ func (s *service) Kill(ctx context.Context, r *taskAPI.KillRequest) (*emptypb.Em
 		return nil, notReady(r.ID, err)
 	}
 	if r.ExecID != "" {
-		return nil, execNotSupported()
+		e, err := t.getExec(r.ExecID)
+		if err != nil {
+			return nil, err
+		}
+		e.kill(r.Signal, s.publish)
+		return &emptypb.Empty{}, nil
 	}
 	if err := t.kill(ctx, r.Signal); err != nil {
 		return nil, err
@@ -270,12 +297,18 @@ func (s *service) Kill(ctx context.Context, r *taskAPI.KillRequest) (*emptypb.Em
 	return &emptypb.Empty{}, nil
 }
 
+// Exec adds a command to run in the VM's guest through the QEMU guest
+// agent (kubectl exec, exec probes); Start runs it.
 func (s *service) Exec(ctx context.Context, r *taskAPI.ExecProcessRequest) (*emptypb.Empty, error) {
-	return nil, execNotSupported()
-}
-
-func execNotSupported() error {
-	return fmt.Errorf("running a command in a VM (kubectl exec) is not supported yet; it needs the QEMU guest agent: %w", errdefs.ErrNotImplemented)
+	t, err := s.get(r.ID)
+	if err != nil || t == nil {
+		return nil, notReady(r.ID, err)
+	}
+	if _, err := t.addExec(r); err != nil {
+		return nil, err
+	}
+	s.publish(&eventstypes.TaskExecAdded{ContainerID: r.ID, ExecID: r.ExecID})
+	return &emptypb.Empty{}, nil
 }
 
 // ResizePty is accepted and ignored: a serial console has no window size.
@@ -291,7 +324,8 @@ func (s *service) CloseIO(ctx context.Context, r *taskAPI.CloseIORequest) (*empt
 	if err != nil || t == nil {
 		return nil, notReady(r.ID, err)
 	}
-	if r.Stdin {
+	// An exec's stdin ends when containerd closes its FIFO's writer.
+	if r.Stdin && r.ExecID == "" {
 		t.body.closeStdin()
 	}
 	return &emptypb.Empty{}, nil
@@ -320,7 +354,11 @@ func (s *service) Wait(ctx context.Context, r *taskAPI.WaitRequest) (*taskAPI.Wa
 		return nil, notReady(r.ID, err)
 	}
 	if r.ExecID != "" {
-		return nil, execNotSupported()
+		e, err := t.getExec(r.ExecID)
+		if err != nil {
+			return nil, err
+		}
+		return e.wait(ctx)
 	}
 	select {
 	case <-t.st.exited:

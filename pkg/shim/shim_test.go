@@ -24,6 +24,8 @@ import (
 	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/containerd/typeurl/v2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/vmpod/vmpod/internal/testguest"
 )
@@ -178,6 +180,7 @@ func TestShimRunsVMPod(t *testing.T) {
 	e.stdout.waitFor(t, "VMPOD-GUEST: init", 2*time.Minute)
 	t.Logf("StartContainer -> first serial line: %v", time.Since(e.startedAt).Round(time.Millisecond))
 	e.stdout.waitFor(t, "VMPOD-GUEST: ip "+e.podIP+"/24", time.Minute)
+	e.stdout.waitFor(t, "VMPOD-GUEST: qemu-ga ready", time.Minute)
 	e.stdout.waitFor(t, "VMPOD-GUEST: ready", time.Minute)
 
 	// QEMU runs in the VM container's cgroup, under the pod's.
@@ -220,9 +223,19 @@ func TestShimRunsVMPod(t *testing.T) {
 		!strings.Contains(err.Error(), "memory cannot change") {
 		t.Errorf("Update memory error = %v, want a refusal", err)
 	}
-	if _, err := c.Exec(ctx, &taskAPI.ExecProcessRequest{ID: e.p.vmID, ExecID: "x"}); err == nil ||
-		!strings.Contains(err.Error(), "not supported yet") {
-		t.Errorf("Exec error = %v, want not supported yet", err)
+	// kubectl exec: a command in the guest, through the guest agent.
+	if out, errOut, status := execIn(t, ctx, c, e.p.vmID, "echo", []string{"echo", "hello"}, ""); out != "hello\n" || status != 0 {
+		t.Errorf("exec echo hello: stdout %q, stderr %q, status %d; want \"hello\\n\", 0", out, errOut, status)
+	}
+	if _, errOut, status := execIn(t, ctx, c, e.p.vmID, "fail", []string{"sh", "-c", "echo oops >&2; exit 3"}, ""); errOut != "oops\n" || status != 3 {
+		t.Errorf("exec exit 3: stderr %q, status %d; want \"oops\\n\", 3", errOut, status)
+	}
+	if out, errOut, status := execIn(t, ctx, c, e.p.vmID, "cat", []string{"cat"}, "piped\n"); out != "piped\n" || status != 0 {
+		t.Errorf("exec cat with stdin: stdout %q, stderr %q, status %d; want \"piped\\n\", 0", out, errOut, status)
+	}
+	if _, err := c.Exec(ctx, &taskAPI.ExecProcessRequest{ID: e.p.vmID, ExecID: "tty", Terminal: true, Spec: processSpec(t, "sh")}); err == nil ||
+		!strings.Contains(err.Error(), "without a TTY") {
+		t.Errorf("exec with a terminal: %v; want a refusal that names the missing TTY", err)
 	}
 
 	// SIGTERM is the ACPI power button; the guest powers off cleanly.
@@ -526,4 +539,72 @@ func (e *podEnv) createRefusedVM(t *testing.T, ctx context.Context) error {
 	e.env.delete(t, e.p.sandboxID, e.p.sandboxBundle)
 	e.assertClean(t)
 	return createErr
+}
+
+func processSpec(t testing.TB, args ...string) *anypb.Any {
+	t.Helper()
+	a, err := typeurl.MarshalAnyToProto(&specs.Process{Args: args, Cwd: "/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// execIn runs args in the guest through the task API as containerd does
+// for kubectl exec (FIFOs for stdio, Exec, Start, Wait, Delete) and
+// returns its stdout, stderr and exit status.
+func execIn(t testing.TB, ctx context.Context, c taskAPI.TTRPCTaskService, id, execID string, args []string, stdin string) (string, string, uint32) {
+	t.Helper()
+	dir := t.TempDir()
+	req := &taskAPI.ExecProcessRequest{ID: id, ExecID: execID, Spec: processSpec(t, args...),
+		Stdout: filepath.Join(dir, "stdout"), Stderr: filepath.Join(dir, "stderr")}
+	if stdin != "" {
+		req.Stdin = filepath.Join(dir, "stdin")
+	}
+	read := func(path string) <-chan string {
+		if err := unix.Mkfifo(path, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan string, 1)
+		go func() {
+			f, err := os.OpenFile(path, os.O_RDONLY, 0) // until the shim opens it
+			if err != nil {
+				got <- err.Error()
+				return
+			}
+			defer f.Close()
+			b, _ := io.ReadAll(f)
+			got <- string(b)
+		}()
+		return got
+	}
+	stdout, stderr := read(req.Stdout), read(req.Stderr)
+	if stdin != "" {
+		if err := unix.Mkfifo(req.Stdin, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			f, err := os.OpenFile(req.Stdin, os.O_WRONLY, 0)
+			if err != nil {
+				return
+			}
+			f.WriteString(stdin)
+			f.Close()
+		}()
+	}
+	if _, err := c.Exec(ctx, req); err != nil {
+		t.Fatalf("Exec %v: %v", args, err)
+	}
+	if _, err := c.Start(ctx, &taskAPI.StartRequest{ID: id, ExecID: execID}); err != nil {
+		t.Fatalf("Start exec %v: %v", args, err)
+	}
+	w, err := c.Wait(ctx, &taskAPI.WaitRequest{ID: id, ExecID: execID})
+	if err != nil {
+		t.Fatalf("Wait exec %v: %v", args, err)
+	}
+	out, errOut := <-stdout, <-stderr
+	if _, err := c.Delete(ctx, &taskAPI.DeleteRequest{ID: id, ExecID: execID}); err != nil {
+		t.Errorf("Delete exec %v: %v", args, err)
+	}
+	return out, errOut, w.ExitStatus
 }

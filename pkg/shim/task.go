@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	eventstypes "github.com/containerd/containerd/api/events"
@@ -27,6 +28,9 @@ type task struct {
 	svc    *service
 	body   body
 	io     taskIO
+
+	mu    sync.Mutex
+	execs map[string]*execProcess // kubectl exec, in the VM task
 }
 
 // body is what a task runs. The task checks states and publishes events;
@@ -219,6 +223,7 @@ func (t *task) delete(ctx context.Context) (state, error) {
 	if err != nil {
 		return st, err
 	}
+	t.endExecs()
 	err = t.body.delete(ctx)
 	t.st.end(nil)
 	if st.Status == StatusCreated {
