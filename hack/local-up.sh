@@ -281,6 +281,7 @@ export VMPOD_E2E_CGROUP_ROOT=/$NAME
 export VMPOD_E2E_NODE_EXEC="nsenter --target $(holder_pid) --mount --net --"
 export VMPOD_E2E_STATE_ROOT=$STATE/vm
 export VMPOD_E2E_IMAGE=$IMAGE
+export VMPOD_E2E_KUBECTL=$BIN/kubectl
 EOF
 trap - ERR
 

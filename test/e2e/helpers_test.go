@@ -7,7 +7,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -78,6 +81,16 @@ func (b *podBuilder) restart(p corev1.RestartPolicy) *podBuilder {
 
 func (b *podBuilder) grace(seconds int64) *podBuilder {
 	b.pod.Spec.TerminationGracePeriodSeconds = &seconds
+	return b
+}
+
+// readinessExec makes the pod Ready when cmd succeeds in the guest.
+func (b *podBuilder) readinessExec(cmd ...string) *podBuilder {
+	b.pod.Spec.Containers[0].ReadinessProbe = &corev1.Probe{
+		ProbeHandler:   corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: cmd}},
+		PeriodSeconds:  2,
+		TimeoutSeconds: 10,
+	}
 	return b
 }
 
@@ -279,4 +292,77 @@ func httpGet(t *testing.T, ip string) string {
 	}
 	t.Fatalf("no HTTP answer from the guest at %s:8080: %v\n%s", ip, err, out)
 	return ""
+}
+
+// kubectl runs kubectl ($VMPOD_E2E_KUBECTL, else the one in PATH) against
+// the cluster with a bound on its time, and returns its stdout, stderr and
+// exit code.
+func kubectl(t *testing.T, timeout time.Duration, args ...string) (string, string, int) {
+	t.Helper()
+	bin := os.Getenv("VMPOD_E2E_KUBECTL")
+	if bin == "" {
+		bin = "kubectl"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, append([]string{"--namespace", namespace}, args...)...)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		code = exit.ExitCode()
+	case err != nil:
+		t.Fatalf("kubectl %v: %v", args, err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("kubectl %v did not end within %v: %s%s", args, timeout, stdout.String(), stderr.String())
+	}
+	return stdout.String(), stderr.String(), code
+}
+
+// waitReady waits until the pod's Ready condition is true.
+func waitReady(t *testing.T, name string) {
+	t.Helper()
+	if !poll(bootTimeout, func() bool {
+		for _, c := range getPod(t, name).Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatalf("%s not Ready within %v:\n%s", name, bootTimeout, describe(name))
+	}
+}
+
+// kubectlTTY runs kubectl on a pseudo-terminal (script(1), util-linux) and
+// returns what it printed there and its exit code.
+func kubectlTTY(t *testing.T, timeout time.Duration, args ...string) (string, int) {
+	t.Helper()
+	bin := os.Getenv("VMPOD_E2E_KUBECTL")
+	if bin == "" {
+		bin = "kubectl"
+	}
+	line := []string{bin, "--namespace", namespace}
+	for _, a := range args {
+		line = append(line, "'"+strings.ReplaceAll(a, "'", `'\''`)+"'")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "script", "-qec", strings.Join(line, " "), "/dev/null")
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("kubectl %v on a terminal did not end within %v: %s", args, timeout, out)
+	}
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		return string(out), exit.ExitCode()
+	case err != nil:
+		t.Fatalf("script kubectl %v: %v", args, err)
+	}
+	return string(out), 0
 }

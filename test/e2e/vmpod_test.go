@@ -4,8 +4,12 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -103,6 +107,132 @@ func TestVMPod(t *testing.T) {
 		}
 		t.Logf("kubectl delete -> pod gone: %v", took.Round(100*time.Millisecond))
 	})
+}
+
+// TestExec: kubectl exec runs a command in the guest through the QEMU guest
+// agent (its output and exit code come back), an exec readiness probe
+// makes the pod Ready, and a terminal exec is refused at once.
+func TestExec(t *testing.T) {
+	pod := create(t, makePod("exec").readinessExec("cat", "/run/qemu-ga.status").obj())
+	waitRunning(t, pod.Name)
+	waitReady(t, pod.Name)
+
+	if out, errOut, code := kubectl(t, time.Minute, "exec", pod.Name, "--", "echo", "hello"); out != "hello\n" || code != 0 {
+		t.Errorf("kubectl exec -- echo hello: %q, exit %d, stderr %q; want \"hello\\n\", 0", out, code, errOut)
+	}
+	if _, errOut, code := kubectl(t, time.Minute, "exec", pod.Name, "--", "sh", "-c", "echo oops >&2; exit 3"); code != 3 || !strings.Contains(errOut, "oops") {
+		t.Errorf("kubectl exec -- exit 3: exit %d, stderr %q; want 3 and oops", code, errOut)
+	}
+	// kubectl asks for a TTY only when its own stdin is one: script(1)
+	// gives it a pseudo-terminal.
+	if out, code := kubectlTTY(t, time.Minute, "exec", "-it", pod.Name, "--", "sh"); code == 0 || !strings.Contains(out, "without a TTY") {
+		t.Errorf("kubectl exec -it: exit %d, output %q; want a refusal naming the missing TTY", code, out)
+	}
+	var took []time.Duration
+	for range 10 {
+		start := time.Now()
+		if _, errOut, code := kubectl(t, time.Minute, "exec", pod.Name, "--", "true"); code != 0 {
+			t.Fatalf("kubectl exec -- true: exit %d: %s", code, errOut)
+		}
+		took = append(took, time.Since(start))
+	}
+	slices.Sort(took)
+	t.Logf("kubectl exec -- true: median of 10 %v (min %v, max %v)", took[5].Round(time.Millisecond), took[0].Round(time.Millisecond), took[9].Round(time.Millisecond))
+}
+
+// TestAttachAndStats: kubectl attach streams the serial console, and the
+// kubelet's stats summary (kubectl top) has the VM's CPU and memory.
+func TestAttachAndStats(t *testing.T) {
+	pod := create(t, makePod("attach").obj())
+	p := waitRunning(t, pod.Name)
+	waitLog(t, pod.Name, "VMPOD-GUEST: ready")
+
+	t.Run("attach reads the serial console", func(t *testing.T) {
+		// Attach, then have the guest write a line to its console.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		bin := os.Getenv("VMPOD_E2E_KUBECTL")
+		if bin == "" {
+			bin = "kubectl"
+		}
+		cmd := exec.CommandContext(ctx, bin, "--namespace", namespace, "attach", pod.Name)
+		var out safeBuffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+		const marker = "attach-marker-7f3a"
+		if !poll(30*time.Second, func() bool {
+			kubectl(t, time.Minute, "exec", pod.Name, "--", "sh", "-c", "echo "+marker+" >/dev/console")
+			return strings.Contains(out.String(), marker)
+		}) {
+			t.Errorf("kubectl attach never showed %q from the guest's console; it printed:\n%s", marker, out.String())
+		}
+	})
+
+	t.Run("the stats summary has the VM's CPU and memory", func(t *testing.T) {
+		var cpu, mem uint64
+		if !poll(2*time.Minute, func() bool {
+			raw, err := client.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", p.Spec.NodeName, "proxy/stats/summary").DoRaw(context.Background())
+			if err != nil {
+				return false
+			}
+			var summary struct {
+				Pods []struct {
+					PodRef     struct{ Name string } `json:"podRef"`
+					Containers []struct {
+						Name string `json:"name"`
+						CPU  struct {
+							UsageNanoCores *uint64 `json:"usageNanoCores"`
+						} `json:"cpu"`
+						Memory struct {
+							WorkingSetBytes *uint64 `json:"workingSetBytes"`
+						} `json:"memory"`
+					} `json:"containers"`
+				} `json:"pods"`
+			}
+			if json.Unmarshal(raw, &summary) != nil {
+				return false
+			}
+			for _, sp := range summary.Pods {
+				for _, c := range sp.Containers {
+					if sp.PodRef.Name == pod.Name && c.Name == "vm" && c.CPU.UsageNanoCores != nil && c.Memory.WorkingSetBytes != nil {
+						cpu, mem = *c.CPU.UsageNanoCores, *c.Memory.WorkingSetBytes
+						return mem > 0
+					}
+				}
+			}
+			return false
+		}) {
+			t.Fatalf("no CPU and memory for the VM container in the kubelet's stats summary")
+		}
+		// The guest's RAM is QEMU's, in the container's cgroup: more than
+		// the guest kernel keeps resident after boot, less than the limit
+		// plus the overhead.
+		if mem < 32<<20 || mem > 1<<30 {
+			t.Errorf("the VM's working set is %d bytes, want between 32 MiB and 1 GiB", mem)
+		}
+		t.Logf("stats summary: the VM uses %d nanocores and %d MiB", cpu, mem>>20)
+	})
+}
+
+// safeBuffer is a bytes.Buffer for a writer and a reader on two goroutines.
+type safeBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *safeBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *safeBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // TestPoweroffRestarts: a guest that powers itself off ends its container
