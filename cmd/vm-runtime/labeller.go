@@ -18,7 +18,6 @@ import (
 	"github.com/vmpod/vmpod/pkg/host"
 	"github.com/vmpod/vmpod/pkg/labeller"
 	"github.com/vmpod/vmpod/pkg/node"
-	"github.com/vmpod/vmpod/pkg/virt/libvirt"
 )
 
 func labellerCmd(args []string) int {
@@ -125,17 +124,14 @@ func capabilitySource(ctx context.Context, capsFile, domCapsFile, cacheDir, kvmC
 	}
 	openCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	conn, err := libvirt.OpenEmbedded(openCtx, root, libvirt.EmbedOptions{CacheDir: cacheDir})
+	o := node.Options{CapsCache: cacheDir, KVMCache: kvmCache}
+	conn, err := node.Open(openCtx, root, o)
 	if err != nil {
 		os.RemoveAll(root)
 		return nil, nil, err
 	}
 	return func(ctx context.Context) (host.Host, error) {
-			kvm, err := node.CheckKVM(ctx, node.ProbeOptions{CacheFile: kvmCache})
-			if err != nil {
-				return host.Host{}, err
-			}
-			return node.Host(ctx, conn, kvm)
+			return node.HostOf(ctx, conn, o)
 		}, func() {
 			conn.Close()
 			os.RemoveAll(root)

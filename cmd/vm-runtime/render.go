@@ -10,7 +10,6 @@ import (
 	"github.com/vmpod/vmpod/pkg/host"
 	"github.com/vmpod/vmpod/pkg/node"
 	"github.com/vmpod/vmpod/pkg/render"
-	"github.com/vmpod/vmpod/pkg/virt/libvirt"
 )
 
 // DefaultCapsCache is the node-wide warm copy of libvirt's QEMU capabilities.
@@ -82,14 +81,11 @@ func targetHost(capsFile, domCapsFile, kvmCache string) (host.Host, error) {
 	}
 	defer os.RemoveAll(root)
 	ctx := context.Background()
-	kvm, err := node.CheckKVM(ctx, node.ProbeOptions{CacheFile: kvmCache})
-	if err != nil {
-		return host.Host{}, err
-	}
-	conn, err := libvirt.OpenEmbedded(ctx, root, libvirt.EmbedOptions{CacheDir: DefaultCapsCache})
+	o := node.Options{CapsCache: DefaultCapsCache, KVMCache: kvmCache}
+	conn, err := node.Open(ctx, root, o)
 	if err != nil {
 		return host.Host{}, err
 	}
 	defer conn.Close()
-	return node.Host(ctx, conn, kvm)
+	return node.HostOf(ctx, conn, o)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/containerd/log"
 
 	"github.com/vmpod/vmpod/pkg/jail"
+	"github.com/vmpod/vmpod/pkg/node"
 	"github.com/vmpod/vmpod/pkg/virt"
 	"github.com/vmpod/vmpod/pkg/virt/libvirt"
 	"github.com/vmpod/vmpod/pkg/vm"
@@ -76,7 +77,7 @@ func openPodLibvirt(ctx context.Context, cfg Config, podDir string) (*libvirt.Co
 		return nil, nil
 	}
 	l := (&pod{dir: podDir}).layout()
-	conn, err := libvirt.OpenEmbedded(ctx, l.Libvirt(), libvirt.EmbedOptions{CacheDir: cfg.CapsCache, NoCgroups: true})
+	conn, err := node.Open(ctx, l.Libvirt(), cfg.nodeOptions())
 	if err != nil {
 		return nil, fmt.Errorf("open the pod's libvirt: %w", err)
 	}

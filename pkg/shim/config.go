@@ -84,3 +84,8 @@ func (c Config) podDir(sandboxID string) string { return vm.PodLayout(c.StateRoo
 
 // uidLeases is the dir of QEMU uid leases (jail.Allocate).
 func (c Config) uidLeases() string { return vm.UIDLeases(c.StateRoot) }
+
+// nodeOptions open a pod's libvirt (node.Open).
+func (c Config) nodeOptions() node.Options {
+	return node.Options{CapsCache: c.CapsCache, KVMCache: c.KVMCache, Pod: true}
+}

@@ -5,10 +5,15 @@
 // RuntimeClass handlers whose runtime_type is io.containerd.vmpod.v2. The
 // start command answers both bootstrap protocols (bootstrap.go).
 //
-// One shim process serves one pod. The sandbox task holds the pod: its
-// network namespace (the shim process lives in it, see manager.go), its
-// state dir and its embedded libvirt. The container task is the VM: Create
-// defines it, Start boots it, its stdio is the guest's serial console.
+// One shim process serves one pod. A task has a state machine and a body:
+// the sandbox (sandboxBody), which holds the pod: its network namespace
+// (the shim process lives in it, see manager.go), its state dir and its
+// embedded libvirt; or the VM (vmTask): Create defines it, Start boots it,
+// its stdio is the guest's serial console, and exec processes run commands
+// in the guest through the QEMU guest agent (exec.go). The shim translates
+// the OCI spec into pkg/vm's calls (image, network, devices, cloud-init,
+// overhead, the machine) and records what the VM holds in a checkpoint;
+// vm.Undo removes it, in the normal teardown and after a dead shim alike.
 // State changes go through task.update; errors are classified where they
 // happen and turned into ttrpc status codes once, in the interceptor
 // (errors.go).
@@ -20,7 +25,7 @@
 // a cgroupsPath it can use is refused: a VM never runs outside its pod's
 // limits.
 //
-// It may import vm, vmspec, host, node, podnet, podcgroup, virt and
+// It may import vm, vmspec, host, node, jail, podnet, podcgroup, virt and
 // virt/libvirt, containerd's shim, API and events packages, and the
 // standard library; nothing imports it but cmd/vm-runtime.
 package shim

@@ -56,19 +56,14 @@ func (p *pod) layout() vm.Layout { return vm.Layout{Dir: p.dir} }
 // pod's) until the VM task moves it into its own.
 func (p *pod) hypervisor(ctx context.Context) (*vm.Runtime, host.Host, error) {
 	p.once.Do(func() {
-		p.conn, p.err = libvirt.OpenEmbedded(ctx, p.layout().Libvirt(),
-			libvirt.EmbedOptions{CacheDir: p.cfg.CapsCache, NoCgroups: true})
+		o := p.cfg.nodeOptions()
+		p.conn, p.err = node.Open(ctx, p.layout().Libvirt(), o)
 		if p.err != nil {
 			return
 		}
 		p.rt = vm.NewRuntime(p.conn)
 		// `start` probed already (Manager.Start), so this reads the cache.
-		kvm, err := node.CheckKVM(ctx, node.ProbeOptions{CacheFile: p.cfg.KVMCache})
-		if err != nil {
-			p.err = err
-			return
-		}
-		p.host, p.err = node.Host(ctx, p.conn, kvm)
+		p.host, p.err = node.HostOf(ctx, p.conn, o)
 	})
 	return p.rt, p.host, p.err
 }

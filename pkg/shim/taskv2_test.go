@@ -138,10 +138,10 @@ func TestTaskV2OverTTRPC(t *testing.T) {
 			_, err := v2.Create(ctx, &taskv2.CreateTaskRequest{ID: "sbx", Bundle: bad})
 			return err
 		}, errdefs.ErrInvalidArgument},
-		{"Exec", func() error {
+		{"Exec in a task that does not exist", func() error {
 			_, err := v2.Exec(ctx, &taskv2.ExecProcessRequest{ID: "sbx", ExecID: "e"})
 			return err
-		}, errdefs.ErrNotImplemented},
+		}, errdefs.ErrNotFound},
 	}
 	for _, tc := range errTests {
 		t.Run(tc.name, func(t *testing.T) {

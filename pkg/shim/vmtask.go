@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -18,8 +17,6 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/vmpod/vmpod/pkg/convert"
-	"github.com/vmpod/vmpod/pkg/host"
 	"github.com/vmpod/vmpod/pkg/podcgroup"
 	"github.com/vmpod/vmpod/pkg/podnet"
 	"github.com/vmpod/vmpod/pkg/virt"
@@ -110,11 +107,8 @@ func createVM(ctx context.Context, p *pod, r *taskAPI.CreateTaskRequest, oci *sp
 	if err != nil {
 		return nil, err
 	}
-	v.limit = spec.MemoryBytes + overhead(spec, h)
-	// The kubelet set the pod cgroup's limit to the pod's limits plus the
-	// RuntimeClass overhead; a VM that cannot fit its overhead in it would
-	// be OOM-killed at some point of its life, so it is refused now.
-	if err := overheadModel(spec, h).CheckPodLimit(podcgroup.MemoryLimit(v.cgPath.PodDir()), spec.MemoryBytes, spec.VCPUs); err != nil {
+	v.limit = vm.MemoryLimit(spec, h)
+	if err := vm.CheckPodLimit(spec, h, podcgroup.MemoryLimit(v.cgPath.PodDir())); err != nil {
 		return nil, err
 	}
 	qemuJail, err := p.qemuJail()
@@ -125,18 +119,23 @@ func createVM(ctx context.Context, p *pod, r *taskAPI.CreateTaskRequest, oci *sp
 		return nil, fmt.Errorf("VM dir: %v: %w", err, errdefs.ErrInternal)
 	}
 
-	nics, err := v.attachNetwork(oci)
+	l := p.layout()
+	attachment, nics, err := vm.AttachNetwork(spec, vm.Network{Netns: p.netns, Interface: podInterface, Tap: tapName,
+		ResolvConf: resolvConf(oci), Hostname: oci.Annotations[vmspec.CRISandboxName]})
 	if err != nil {
 		return nil, err
 	}
-	vols, err := v.makeDevices(oci)
+	if attachment != nil {
+		v.net = attachment
+		v.ckpt.Tap, v.ckpt.PodIf = tapName, podInterface
+	}
+	vols, made, err := vm.MakeDevices(l, spec, blockDevices(oci))
+	v.ckpt.Devices = made
 	if err != nil {
 		return nil, err
 	}
-	if spec.CloudInit != nil {
-		if err := v.writeSeed(oci); err != nil {
-			return nil, err
-		}
+	if err := vm.WriteSeed(l, spec, cloudInitDir(spec, oci), oci.Annotations[vmspec.CRISandboxUID], oci.Annotations[vmspec.CRISandboxName]); err != nil {
+		return nil, err
 	}
 	if v.console, err = openConsole(ctx, r.Stdin, r.Stdout, r.Stderr, r.Terminal); err != nil {
 		return nil, err
@@ -152,72 +151,34 @@ func createVM(ctx context.Context, p *pod, r *taskAPI.CreateTaskRequest, oci *sp
 	return v, nil
 }
 
-// writeSeed builds the cloud-init NoCloud seed in the state dir, from the
-// annotations or from the pod's ConfigMap/Secret volume (read through the
-// mount the kubelet gave the container). Machine.Delete removes it.
-func (v *vmTask) writeSeed(oci *specs.Spec) error {
-	ci := *v.spec.CloudInit
-	var dir string
-	if ci.Volume != "" {
-		for _, m := range oci.Mounts {
-			if m.Destination == ci.VolumeMountPath {
-				dir = m.Source
-			}
-		}
-		if dir == "" {
-			return fmt.Errorf("%s: %q is not mounted in the container: %w", vmspec.AnnotationCloudInitVolume, ci.Volume, errdefs.ErrInvalidArgument)
+// cloudInitDir is where, on the host, the cloud-init volume the spec
+// names is mounted in the container; "" when it takes none or the volume
+// is not mounted.
+func cloudInitDir(s vmspec.Spec, oci *specs.Spec) string {
+	if s.CloudInit == nil || s.CloudInit.Volume == "" {
+		return ""
+	}
+	dir := ""
+	for _, m := range oci.Mounts {
+		if m.Destination == s.CloudInit.VolumeMountPath {
+			dir = m.Source
 		}
 	}
-	id := oci.Annotations[vmspec.CRISandboxUID]
-	if id == "" {
-		id = v.spec.Name
-	}
-	files, err := vm.NoCloudFiles(ci, dir, id, oci.Annotations[vmspec.CRISandboxName])
-	if err != nil {
-		return err
-	}
-	if err := vm.WriteNoCloudISO(v.pod.layout().CloudInitISO(), files); err != nil {
-		return fmt.Errorf("%w: %v", errdefs.ErrInternal, err)
-	}
-	return nil
+	return dir
 }
 
-// overheadModel is the overhead model of the accelerator the VM will use.
-func overheadModel(s vmspec.Spec, h host.Host) vmspec.Overhead {
-	return vmspec.OverheadFor(s.Accel != vmspec.AccelTCG && h.HasAccel(host.AccelKVM))
-}
-
-// overhead is what QEMU and the shim cost beyond the guest's RAM on this node.
-func overhead(s vmspec.Spec, h host.Host) uint64 {
-	return overheadModel(s, h).Bytes(s.MemoryBytes, s.VCPUs)
-}
-
-// attachNetwork gives the guest the pod interface's identity. It refuses
-// to touch interfaces unless the shim was started in the pod's own network
-// namespace: in the host's, eth0 is the node's uplink.
-func (v *vmTask) attachNetwork(oci *specs.Spec) (map[string]convert.NIC, error) {
-	if len(v.spec.NICs) == 0 {
-		return nil, nil
+// blockDevices are the block devices the kubelet handed the container.
+func blockDevices(oci *specs.Spec) []vm.BlockDevice {
+	if oci.Linux == nil {
+		return nil
 	}
-	if v.pod.netns == "" || !inNetns(v.pod.netns) {
-		return nil, fmt.Errorf("%s: the VM's network needs the pod's own network namespace, and this pod has none "+
-			"(hostNetwork pods cannot run VMs; set vmpod.io/network: none for a VM without network): %w",
-			vmspec.AnnotationNetwork, errdefs.ErrFailedPrecondition)
+	var devs []vm.BlockDevice
+	for _, d := range oci.Linux.Devices {
+		if d.Type == "b" {
+			devs = append(devs, vm.BlockDevice{Path: d.Path, Major: d.Major, Minor: d.Minor})
+		}
 	}
-	pn, err := podnet.Inspect(podInterface)
-	if err != nil {
-		return nil, fmt.Errorf("pod network: %v: %w", err, errdefs.ErrFailedPrecondition)
-	}
-	pn.DNS, _ = podnet.ResolvConf(resolvConf(oci))
-	pn.Hostname = oci.Annotations[vmspec.CRISandboxName]
-	a, err := podnet.Attach(pn, tapName)
-	if err != nil {
-		return nil, fmt.Errorf("pod network: %v: %w", err, errdefs.ErrInternal)
-	}
-	v.net = a
-	v.ckpt.Tap, v.ckpt.PodIf = tapName, podInterface
-	nic := convert.NIC{Tap: a.Tap(), MAC: a.MAC().String(), MTU: uint(a.MTU())}
-	return map[string]convert.NIC{v.spec.NICs[0].Name: nic}, nil
+	return devs
 }
 
 // resolvConf is the host file containerd bind-mounts at /etc/resolv.conf.
@@ -228,45 +189,6 @@ func resolvConf(oci *specs.Spec) string {
 		}
 	}
 	return ""
-}
-
-// inNetns reports whether this process is in the namespace at path.
-func inNetns(path string) bool {
-	var want, have unix.Stat_t
-	return unix.Stat(path, &want) == nil && unix.Stat("/proc/self/ns/net", &have) == nil &&
-		want.Dev == have.Dev && want.Ino == have.Ino
-}
-
-// makeDevices creates, in the pod's state dir, a node for each block
-// volume the kubelet passed (by device number: the container path in the
-// spec is the pod's choice, the number is the kubelet's).
-func (v *vmTask) makeDevices(oci *specs.Spec) (map[string]string, error) {
-	if oci.Linux == nil || len(v.spec.Volumes) == 0 {
-		return nil, nil
-	}
-	dir := v.pod.layout().Devices()
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	// The Spec names each volume from its device path (vmspec.Volume.Name).
-	names := map[string]string{}
-	for _, vol := range v.spec.Volumes {
-		names[vol.DevicePath] = vol.Name
-	}
-	vols := map[string]string{}
-	for _, d := range oci.Linux.Devices {
-		name, ok := names[d.Path]
-		if d.Type != "b" || !ok {
-			continue
-		}
-		node := v.pod.layout().Device(name)
-		if err := unix.Mknod(node, unix.S_IFBLK|0o600, int(unix.Mkdev(uint32(d.Major), uint32(d.Minor)))); err != nil {
-			return nil, fmt.Errorf("block volume %s: %v: %w", d.Path, err, errdefs.ErrInternal)
-		}
-		v.ckpt.Devices = append(v.ckpt.Devices, node)
-		vols[name] = node
-	}
-	return vols, nil
 }
 
 // start boots the VM. Between QEMU's start and the guest's first

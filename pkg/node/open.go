@@ -1,0 +1,38 @@
+package node
+
+import (
+	"context"
+
+	"github.com/vmpod/vmpod/pkg/host"
+	"github.com/vmpod/vmpod/pkg/virt/libvirt"
+)
+
+// Options say where the node keeps what libvirt and the KVM probe share
+// between processes.
+type Options struct {
+	// CapsCache is the node-wide warm copy of libvirt's QEMU capabilities.
+	CapsCache string
+	// KVMCache is the KVM probe's verdict (DefaultKVMCache if empty).
+	KVMCache string
+	// Pod opens a pod's libvirt: libvirt makes no cgroups, so QEMU stays
+	// in the opener's (the pod's) cgroup until the runtime moves it.
+	Pod bool
+}
+
+// Open opens libvirt's embedded QEMU driver on root, as every vmpod
+// process does (the shim for a pod, the cleanup after a dead shim, the
+// labeller and render for the node).
+func Open(ctx context.Context, root string, o Options) (*libvirt.Conn, error) {
+	return libvirt.OpenEmbedded(ctx, root, libvirt.EmbedOptions{CacheDir: o.CapsCache, NoCgroups: o.Pod})
+}
+
+// HostOf is what VMs run on through conn: libvirt's capabilities, less KVM
+// where the probe's verdict (cached; probed again when QEMU, the kernel or
+// /dev/kvm changed) says it does not work.
+func HostOf(ctx context.Context, conn *libvirt.Conn, o Options) (host.Host, error) {
+	kvm, err := CheckKVM(ctx, ProbeOptions{CacheFile: o.KVMCache})
+	if err != nil {
+		return host.Host{}, err
+	}
+	return Host(ctx, conn, kvm)
+}

@@ -1,0 +1,153 @@
+package vm
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
+
+	"github.com/vmpod/vmpod/pkg/convert"
+	"github.com/vmpod/vmpod/pkg/host"
+	"github.com/vmpod/vmpod/pkg/podnet"
+	"github.com/vmpod/vmpod/pkg/vmspec"
+)
+
+// What a VM needs made on the node before its domain: the pod network
+// taken over, block volume nodes, the cloud-init seed, and the overhead
+// checked against the pod's limit. Front doors translate what they are
+// handed (an OCI spec, a CRI request) into these calls.
+
+// Network is the pod network a VM takes over.
+type Network struct {
+	// Netns is the pod's network namespace, which the calling process
+	// must be in (AttachNetwork checks).
+	Netns string
+	// Interface is the pod interface CNI made (eth0); Tap the tap to make
+	// beside it for the guest.
+	Interface, Tap string
+	// ResolvConf is the pod's resolv.conf on the host, "" for none; the
+	// guest gets its servers and search list by DHCP.
+	ResolvConf string
+	// Hostname is the pod's, for DHCP.
+	Hostname string
+}
+
+// AttachNetwork gives the spec's NIC the pod interface's identity (podnet)
+// and returns it as the domain's NIC, by NIC name. It refuses to touch
+// interfaces unless the process is in the pod's own network namespace: in
+// the host's, the interface would be the node's uplink. A spec without
+// NICs attaches nothing.
+func AttachNetwork(s vmspec.Spec, n Network) (*podnet.Attachment, map[string]convert.NIC, error) {
+	if len(s.NICs) == 0 {
+		return nil, nil, nil
+	}
+	if n.Netns == "" || !inNetns(n.Netns) {
+		return nil, nil, fmt.Errorf("%s: the VM's network needs the pod's own network namespace, and this pod has none "+
+			"(hostNetwork pods cannot run VMs; set vmpod.io/network: none for a VM without network): %w",
+			vmspec.AnnotationNetwork, errdefs.ErrFailedPrecondition)
+	}
+	pn, err := podnet.Inspect(n.Interface)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pod network: %v: %w", err, errdefs.ErrFailedPrecondition)
+	}
+	pn.DNS, _ = podnet.ResolvConf(n.ResolvConf)
+	pn.Hostname = n.Hostname
+	a, err := podnet.Attach(pn, n.Tap)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pod network: %v: %w", err, errdefs.ErrInternal)
+	}
+	nic := convert.NIC{Tap: a.Tap(), MAC: a.MAC().String(), MTU: uint(a.MTU())}
+	return a, map[string]convert.NIC{s.NICs[0].Name: nic}, nil
+}
+
+// inNetns reports whether this process is in the namespace at path.
+func inNetns(path string) bool {
+	var want, have unix.Stat_t
+	return unix.Stat(path, &want) == nil && unix.Stat("/proc/self/ns/net", &have) == nil &&
+		want.Dev == have.Dev && want.Ino == have.Ino
+}
+
+// BlockDevice is a block device a front door was handed for the VM: the
+// path the container asked for, and the device's numbers.
+type BlockDevice struct {
+	Path         string
+	Major, Minor int64
+}
+
+// MakeDevices makes, in the VM's dir, a node for each block volume of the
+// spec, by device number (the path is the pod's choice, the numbers are
+// the kubelet's), and returns them by volume name, with the nodes made so
+// far for Held.Devices even on error. Devices no volume names are ignored.
+func MakeDevices(l Layout, s vmspec.Spec, devs []BlockDevice) (map[string]string, []string, error) {
+	if len(s.Volumes) == 0 {
+		return nil, nil, nil
+	}
+	if err := os.MkdirAll(l.Devices(), 0o700); err != nil {
+		return nil, nil, err
+	}
+	// The Spec names each volume from its device path (vmspec.Volume.Name).
+	names := map[string]string{}
+	for _, vol := range s.Volumes {
+		names[vol.DevicePath] = vol.Name
+	}
+	vols := map[string]string{}
+	var made []string
+	for _, d := range devs {
+		name, ok := names[d.Path]
+		if !ok {
+			continue
+		}
+		node := l.Device(name)
+		if err := unix.Mknod(node, unix.S_IFBLK|0o600, int(unix.Mkdev(uint32(d.Major), uint32(d.Minor)))); err != nil {
+			return nil, made, fmt.Errorf("block volume %s: %v: %w", d.Path, err, errdefs.ErrInternal)
+		}
+		made = append(made, node)
+		vols[name] = node
+	}
+	return vols, made, nil
+}
+
+// WriteSeed builds the spec's cloud-init NoCloud seed in the VM's dir, from
+// the annotations or from the cloud-init volume at volumeDir on the host
+// ("" when the spec takes no volume). instanceID and hostname are the
+// NoCloud meta-data. Machine.Delete removes it with the dir.
+func WriteSeed(l Layout, s vmspec.Spec, volumeDir, instanceID, hostname string) error {
+	if s.CloudInit == nil {
+		return nil
+	}
+	ci := *s.CloudInit
+	if ci.Volume != "" && volumeDir == "" {
+		return fmt.Errorf("%s: %q is not mounted in the container: %w", vmspec.AnnotationCloudInitVolume, ci.Volume, errdefs.ErrInvalidArgument)
+	}
+	if instanceID == "" {
+		instanceID = s.Name
+	}
+	files, err := NoCloudFiles(ci, volumeDir, instanceID, hostname)
+	if err != nil {
+		return err
+	}
+	if err := WriteNoCloudISO(l.CloudInitISO(), files); err != nil {
+		return fmt.Errorf("%w: %v", errdefs.ErrInternal, err)
+	}
+	return nil
+}
+
+// OverheadModel is the overhead model of the accelerator the VM will use
+// on a node like h.
+func OverheadModel(s vmspec.Spec, h host.Host) vmspec.Overhead {
+	return vmspec.OverheadFor(s.Accel != vmspec.AccelTCG && h.HasAccel(host.AccelKVM))
+}
+
+// MemoryLimit is QEMU's memory limit on a node like h: the guest's RAM and
+// the overhead of QEMU and the runtime.
+func MemoryLimit(s vmspec.Spec, h host.Host) uint64 {
+	return s.MemoryBytes + OverheadModel(s, h).Bytes(s.MemoryBytes, s.VCPUs)
+}
+
+// CheckPodLimit refuses a VM that cannot fit its overhead in podLimit, the
+// pod cgroup's memory limit (the pod's limits plus the RuntimeClass
+// overhead; 0: none): it would be OOM-killed at some point of its life.
+func CheckPodLimit(s vmspec.Spec, h host.Host, podLimit uint64) error {
+	return OverheadModel(s, h).CheckPodLimit(podLimit, s.MemoryBytes, s.VCPUs)
+}
