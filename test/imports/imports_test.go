@@ -1,0 +1,100 @@
+package imports
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/vmpod/vmpod/internal/testenv/repo"
+)
+
+const module = "github.com/vmpod/vmpod"
+
+type pkg struct {
+	ImportPath string
+	Imports    []string
+	Deps       []string
+	CgoFiles   []string
+}
+
+// listPackages is `go list -json -deps=false ./...` of the module, with
+// every build tag the tree uses.
+func listPackages(t *testing.T) map[string]pkg {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-json", "-tags", "e2e,nodevm,systemdnode", "./...")
+	cmd.Dir = repo.Root(t)
+	out, err := cmd.Output()
+	if err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			t.Fatalf("go list: %v: %s", err, exit.Stderr)
+		}
+		t.Fatal(err)
+	}
+	pkgs := map[string]pkg{}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for {
+		var p pkg
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		pkgs[p.ImportPath] = p
+	}
+	if len(pkgs) < 10 {
+		t.Fatalf("go list found %d packages", len(pkgs))
+	}
+	return pkgs
+}
+
+// TestConvertIsPure: pkg/convert imports what its doc.go allows and
+// nothing that reaches cgo, the filesystem or the network.
+func TestConvertIsPure(t *testing.T) {
+	pkgs := listPackages(t)
+	convert, ok := pkgs[module+"/pkg/convert"]
+	if !ok {
+		t.Fatal("no pkg/convert")
+	}
+	allowed := []string{module + "/pkg/vmspec", module + "/pkg/host", "libvirt.org/go/libvirtxml", "github.com/containerd/errdefs"}
+	for _, imp := range convert.Imports {
+		stdlib := !strings.Contains(strings.Split(imp, "/")[0], ".")
+		switch {
+		case imp == "C" || imp == "unsafe" || imp == "os" || strings.HasPrefix(imp, "os/") || imp == "net" || strings.HasPrefix(imp, "net/"):
+			t.Errorf("pkg/convert imports %s: a pure function of a Spec does no I/O", imp)
+		case !stdlib && !slices.Contains(allowed, imp):
+			t.Errorf("pkg/convert imports %s; its doc.go allows %v and the standard library", imp, allowed)
+		}
+	}
+	if slices.Contains(convert.Deps, "libvirt.org/go/libvirt") {
+		t.Errorf("pkg/convert depends on libvirt's cgo binding")
+	}
+	// The standard library's net uses cgo when it can; what matters is
+	// that convert builds without it.
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", "/dev/null", "./pkg/convert")
+	cmd.Dir = repo.Root(t)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("pkg/convert does not build without cgo: %v: %s", err, out)
+	}
+}
+
+// TestOneCgoPackage: no vmpod package has cgo files of its own, and only
+// pkg/virt/libvirt imports libvirt's cgo binding.
+func TestOneCgoPackage(t *testing.T) {
+	for path, p := range listPackages(t) {
+		if len(p.CgoFiles) > 0 {
+			t.Errorf("%s has cgo files %v; cgo stays in libvirt's binding, behind pkg/virt/libvirt", path, p.CgoFiles)
+		}
+		if slices.Contains(p.Imports, "libvirt.org/go/libvirt") && path != module+"/pkg/virt/libvirt" {
+			t.Errorf("%s imports libvirt.org/go/libvirt; only pkg/virt/libvirt may", path)
+		}
+	}
+}
