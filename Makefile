@@ -57,14 +57,16 @@ e2e: deps guest
 	VMPOD_LOCAL_NO_DEMO=1 hack/local-up.sh || { hack/local-down.sh; exit 1; }
 	set -a; . _output/local/env; set +a; $(GO) test -tags e2e -count=1 -timeout 30m -v ./test/e2e; rc=$$?; hack/local-down.sh || rc=1; exit $$rc
 
-# A short run of each fuzz target over what users write; the seed corpora
+# A short run of each fuzz target over what users write (FuzzParse's inputs
+# are whole capability captures: minimizing one would take the whole run);
+# the seed corpora
 # live in each package's testdata/fuzz/.
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzAnnotations$$' -fuzztime $(FUZZTIME) ./pkg/vmspec
 	$(GO) test -run '^$$' -fuzz '^FuzzFrontDoorsAgree$$' -fuzztime $(FUZZTIME) ./pkg/vmspec
 	$(GO) test -run '^$$' -fuzz '^FuzzDomain$$' -fuzztime $(FUZZTIME) ./pkg/convert
 	$(GO) test -run '^$$' -fuzz '^FuzzDomainXML$$' -fuzztime $(FUZZTIME) ./pkg/convert
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./pkg/host
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./pkg/host
 
 # Boot benchmarks run 3 boots each and report medians; BenchmarkExec boots
 # once and reports the median of 20 execs.

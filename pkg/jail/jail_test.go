@@ -25,9 +25,9 @@ func TestMain(m *testing.M) {
 
 const testUID = 0x70000000 + 4242
 
-// jailed runs script with /usr/bin/sh in place of QEMU, in the jail s
-// describes, and returns its output.
-func jailed(t *testing.T, s jail.Spec, script string) (string, error) {
+// jailer links the test binary as the jailer and writes and prepares the
+// jail s; it returns the link and the spec file.
+func jailer(t testing.TB, s jail.Spec) (link, spec string) {
 	t.Helper()
 	if os.Getuid() != 0 {
 		t.Skip("the jailer needs root")
@@ -37,17 +37,25 @@ func jailed(t *testing.T, s jail.Spec, script string) (string, error) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	link := filepath.Join(dir, jail.EmulatorName)
+	link = filepath.Join(dir, jail.EmulatorName)
 	if err := os.Symlink(exe, link); err != nil {
 		t.Fatal(err)
 	}
-	spec := filepath.Join(dir, "jail.json")
+	spec = filepath.Join(dir, "jail.json")
 	if err := jail.Write(spec, s); err != nil {
 		t.Fatal(err)
 	}
 	if err := jail.Prepare(s); err != nil {
 		t.Fatal(err)
 	}
+	return link, spec
+}
+
+// jailed runs script with /usr/bin/sh in place of QEMU, in the jail s
+// describes, and returns its output.
+func jailed(t *testing.T, s jail.Spec, script string) (string, error) {
+	t.Helper()
+	link, spec := jailer(t, s)
 	cmd := exec.Command(link, "-c", script)
 	cmd.Env = []string{jail.EnvSpec + "=" + spec, "PATH=/usr/bin:/bin"}
 	out, err := cmd.CombinedOutput()
@@ -253,22 +261,7 @@ func BenchmarkJail(b *testing.B) {
 	}
 	j := newTestJail(b)
 	j.spec.QEMU = "/usr/bin/true"
-	exe, err := os.Executable()
-	if err != nil {
-		b.Fatal(err)
-	}
-	dir := b.TempDir()
-	link := filepath.Join(dir, jail.EmulatorName)
-	if err := os.Symlink(exe, link); err != nil {
-		b.Fatal(err)
-	}
-	spec := filepath.Join(dir, "jail.json")
-	if err := jail.Write(spec, j.spec); err != nil {
-		b.Fatal(err)
-	}
-	if err := jail.Prepare(j.spec); err != nil {
-		b.Fatal(err)
-	}
+	link, spec := jailer(b, j.spec)
 	for b.Loop() {
 		cmd := exec.Command(link)
 		cmd.Env = []string{jail.EnvSpec + "=" + spec}

@@ -93,17 +93,7 @@ func TestCrictlVMPodContainerd17(t *testing.T) {
 			}
 		}
 	}
-	cgroups, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", pod.Linux.CgroupParent, "*"))
-	for _, cg := range cgroups {
-		if fi, err := os.Stat(cg); err == nil && fi.IsDir() {
-			t.Errorf("cgroup left: %s", cg)
-		}
-	}
-	for _, dir := range []string{"pods", "s"} {
-		if entries, _ := os.ReadDir(filepath.Join(state, dir)); len(entries) > 0 {
-			t.Errorf("left in the shim's state %s: %v", dir, entries)
-		}
-	}
+	assertNoPodLeft(t, pod.Linux.CgroupParent, state)
 }
 
 // shimOf finds the pod's long-lived shim: `vm-runtime shim ... -id
@@ -127,4 +117,21 @@ func shimOf(t *testing.T, sandboxID string) int {
 	}
 	t.Fatalf("no shim process for pod %s", sandboxID)
 	return 0
+}
+
+// assertNoPodLeft checks, after a pod was removed, that no cgroup is left
+// under its parent and the shim's state root holds no pod dir or socket.
+func assertNoPodLeft(t *testing.T, cgroupParent, state string) {
+	t.Helper()
+	cgroups, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", cgroupParent, "*"))
+	for _, cg := range cgroups {
+		if fi, err := os.Stat(cg); err == nil && fi.IsDir() {
+			t.Errorf("cgroup left: %s", cg)
+		}
+	}
+	for _, dir := range []string{"pods", "s"} {
+		if entries, _ := os.ReadDir(filepath.Join(state, dir)); len(entries) > 0 {
+			t.Errorf("left in the shim's state %s: %v", dir, entries)
+		}
+	}
 }

@@ -361,17 +361,7 @@ func assertPodGone(t *testing.T, c *containerd.Containerd, state string, pod *ru
 		t.Errorf("pod netns %s still there: %s", ps.NetNSPath, out)
 	}
 	assertNoMounts(t, c, ps.ID, ctrID, podDir)
-	cgroups, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", pod.Linux.CgroupParent, "*"))
-	for _, cg := range cgroups {
-		if fi, err := os.Stat(cg); err == nil && fi.IsDir() {
-			t.Errorf("cgroup left: %s", cg)
-		}
-	}
-	for _, dir := range []string{"pods", "s"} {
-		if entries, _ := os.ReadDir(filepath.Join(state, dir)); len(entries) > 0 {
-			t.Errorf("left in the shim's state %s: %v", dir, entries)
-		}
-	}
+	assertNoPodLeft(t, pod.Linux.CgroupParent, state)
 }
 
 // assertNoMounts fails on any mount in containerd's mount namespace whose
