@@ -3,6 +3,7 @@ package vmspec
 import (
 	"errors"
 	"path"
+	"slices"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -38,6 +39,9 @@ func FromOCI(spec *specs.Spec) (Spec, error) {
 	}
 	s.Name = DomainName(ann[CRISandboxNamespace], firstNonEmpty(ann[CRISandboxName], spec.Hostname, "vm"))
 	s.Image = ann[CRIImageName]
+	if privileged(spec) {
+		return s, invalid("securityContext.privileged", "true", privilegedDetail)
+	}
 
 	s.VCPUs = 1
 	if l := spec.Linux; l != nil && l.Resources != nil {
@@ -92,4 +96,19 @@ func firstNonEmpty(v ...string) string {
 		}
 	}
 	return ""
+}
+
+// privilegedDetail is why a VM pod may not be privileged.
+const privilegedDetail = "a VM pod cannot be privileged: the runtime hands a privileged container every host device, " +
+	"and every block device would become a disk of the VM; the guest has its own kernel and needs no privilege on the node"
+
+// privileged reports whether spec is what containerd's CRI plugin writes
+// for a privileged container: every capability in the bounding set and no
+// masked paths. (The CRI passes no privileged flag to the runtime.)
+func privileged(spec *specs.Spec) bool {
+	if spec.Linux == nil || len(spec.Linux.MaskedPaths) > 0 || spec.Process == nil || spec.Process.Capabilities == nil {
+		return false
+	}
+	return slices.Contains(spec.Process.Capabilities.Bounding, "CAP_SYS_ADMIN") &&
+		slices.Contains(spec.Process.Capabilities.Bounding, "CAP_SYS_MODULE")
 }

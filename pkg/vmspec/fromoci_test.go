@@ -88,6 +88,11 @@ func TestFromOCIAgreesWithFromPod(t *testing.T) {
 func TestFromOCIErrors(t *testing.T) {
 	noMem := ociSpec(nil)
 	noMem.Linux.Resources.Memory = nil
+	// What containerd writes for a privileged container: every capability,
+	// every host device, no masked paths.
+	priv := ociSpec(nil)
+	priv.Process = &specs.Process{Capabilities: &specs.LinuxCapabilities{Bounding: []string{"CAP_CHOWN", "CAP_SYS_ADMIN", "CAP_SYS_MODULE"}}}
+	priv.Linux.Devices = append(priv.Linux.Devices, specs.LinuxDevice{Path: "/dev/sda", Type: "b", Major: 8})
 	tests := []struct {
 		name string
 		spec *specs.Spec
@@ -97,6 +102,7 @@ func TestFromOCIErrors(t *testing.T) {
 		{"sandbox task", ociSpec(map[string]string{vmspec.CRIContainerType: "sandbox"}), "io.kubernetes.cri.container-type"},
 		{"bad annotation", ociSpec(map[string]string{vmspec.AnnotationFirmware: "efi"}), `vmpod.io/firmware: "efi" is not one of bios, uefi`},
 		{"no memory limit", noMem, "limits.memory: required"},
+		{"privileged", priv, `securityContext.privileged: "true": a VM pod cannot be privileged`},
 		{"cloud-init volume not mounted", ociSpec(map[string]string{vmspec.AnnotationCloudInitVolume: "other"}),
 			`vmpod.io/cloud-init-volume: "other": no configMap or secret volume of that name is mounted`},
 	}

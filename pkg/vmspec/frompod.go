@@ -31,6 +31,9 @@ func FromPod(pod *corev1.Pod) (Spec, error) {
 	}
 	c := &pod.Spec.Containers[0]
 	s.Image = c.Image
+	if sc := c.SecurityContext; sc != nil && sc.Privileged != nil && *sc.Privileged {
+		errs = append(errs, invalid("spec.containers[0].securityContext.privileged", "true", privilegedDetail))
+	}
 
 	vcpus, mem, err := resourcesFromLimits(c.Resources.Limits)
 	s.VCPUs, s.MemoryBytes = vcpus, mem

@@ -164,6 +164,8 @@ func TestFromPodErrors(t *testing.T) {
 		// enums, the accepted values.
 		want []string
 	}{
+		{"privileged", MakePod("web").Privileged(),
+			[]string{`spec.containers[0].securityContext.privileged: "true": a VM pod cannot be privileged`}},
 		{"bad firmware", MakePod("web").Annotation(vmspec.AnnotationFirmware, "efi"),
 			[]string{`vmpod.io/firmware: "efi" is not one of bios, uefi`}},
 		{"bad accel", MakePod("web").Annotation(vmspec.AnnotationAccel, "hvf"),

@@ -139,4 +139,11 @@ func (p *PodWrapper) InitContainer(name, image string) *PodWrapper {
 // NodeName binds the pod to a node.
 func (p *PodWrapper) NodeName(n string) *PodWrapper { p.Spec.NodeName = n; return p }
 
+// Privileged makes the container privileged.
+func (p *PodWrapper) Privileged() *PodWrapper {
+	on := true
+	p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: &on}
+	return p
+}
+
 func types(uid string) k8stypes.UID { return k8stypes.UID(uid) }
