@@ -30,7 +30,7 @@ const testUID = 0x70000000 + 4242
 func jailer(t testing.TB, s jail.Spec) (link, spec string) {
 	t.Helper()
 	if os.Getuid() != 0 {
-		t.Skip("the jailer needs root")
+		t.Fatal("the jailer needs root: run the tests as root, as make test does")
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -200,7 +200,7 @@ func TestJailFiles(t *testing.T) {
 
 func TestJailRefusesGuestWithoutSpec(t *testing.T) {
 	if os.Getuid() != 0 {
-		t.Skip("needs root")
+		t.Fatal("the jailer needs root: run the tests as root, as make test does")
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -257,7 +257,7 @@ func mustStat(t *testing.T, p string) fileStat {
 // /usr/bin/true, next to the plain exec in BenchmarkNoJail.
 func BenchmarkJail(b *testing.B) {
 	if os.Getuid() != 0 {
-		b.Skip("the jailer needs root")
+		b.Fatal("the jailer needs root: run the benchmarks as root, as make bench does")
 	}
 	j := newTestJail(b)
 	j.spec.QEMU = "/usr/bin/true"

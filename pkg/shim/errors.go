@@ -3,7 +3,6 @@ package shim
 import (
 	"context"
 
-	"github.com/containerd/errdefs"
 	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/containerd/ttrpc"
 )
@@ -18,5 +17,3 @@ func errorInterceptor(ctx context.Context, unmarshal ttrpc.Unmarshaler, info *tt
 	}
 	return resp, nil
 }
-
-func isNotFound(err error) bool { return errdefs.IsNotFound(err) }

@@ -75,7 +75,7 @@ type Result struct {
 func Run(t testing.TB, opts Options) Result {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("nodevm needs root: 9p passthrough keeps the guest's owners and modes")
+		t.Fatal("nodevm needs root (9p passthrough keeps the guest's owners and modes): run the tests as root, as make test does")
 	}
 	opts = withDefaults(opts)
 	art := artifacts(t)
