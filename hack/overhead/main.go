@@ -233,18 +233,13 @@ func measure(ctx context.Context, c config, rt *vm.Runtime, h host.Host, img vm.
 	}
 	layout := vm.Layout{Dir: filepath.Join(c.root, fmt.Sprintf("vm%d", n))}
 	// QEMU runs jailed, as in a pod: the overhead measured is a pod's.
-	jailer, err := jail.LinkEmulator(c.root)
+	j, err := vm.LeaseJail(c.root, jail.DefaultRange, layout, 4<<30)
 	if err != nil {
 		return result{}, err
 	}
-	leases := filepath.Join(c.root, "uids")
-	uid, err := jail.Allocate(leases, jail.DefaultRange, layout.Dir)
-	if err != nil {
-		return result{}, err
-	}
-	defer jail.Release(leases, layout.Dir)
-	cfg := vm.Config{Spec: spec, Host: h, Image: img, Layout: layout,
-		Jail: vm.Jail{Jailer: jailer, UID: uid, GID: uid, LibvirtRoot: filepath.Join(c.root, "libvirt"), DiskCap: 4 << 30}}
+	defer vm.ReleaseJail(c.root, layout)
+	j.LibvirtRoot = filepath.Join(c.root, "libvirt") // one libvirt for all the VMs measured
+	cfg := vm.Config{Spec: spec, Host: h, Image: img, Layout: layout, Jail: j}
 	if c.tap != "" {
 		cfg.NICs = map[string]convert.NIC{spec.NICs[0].Name: {Tap: c.tap, MAC: "0a:58:0a:f4:00:05"}}
 	}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/containerd/log"
 
-	"github.com/vmpod/vmpod/pkg/jail"
 	"github.com/vmpod/vmpod/pkg/node"
 	"github.com/vmpod/vmpod/pkg/virt"
 	"github.com/vmpod/vmpod/pkg/virt/libvirt"
@@ -61,7 +60,7 @@ func cleanupAfterShim(ctx context.Context, cfg Config, bundle, id string) error 
 	errs = append(errs, vm.Undo(ctx, hv, c.Held))
 	errs = append(errs, removeCheckpoint(podDir, id))
 	if len(remainingTasks(podDir)) == 0 {
-		errs = append(errs, os.RemoveAll(podDir), jail.Release(cfg.uidLeases(), podDir))
+		errs = append(errs, os.RemoveAll(podDir), vm.ReleaseJail(cfg.StateRoot, vm.Layout{Dir: podDir}))
 	}
 	err = errors.Join(errs...)
 	if err != nil {
@@ -76,7 +75,7 @@ func openPodLibvirt(ctx context.Context, cfg Config, podDir string) (*libvirt.Co
 	if _, err := os.Stat(podDir); err != nil {
 		return nil, nil
 	}
-	l := (&pod{dir: podDir}).layout()
+	l := vm.Layout{Dir: podDir}
 	conn, err := node.Open(ctx, l.Libvirt(), cfg.nodeOptions())
 	if err != nil {
 		return nil, fmt.Errorf("open the pod's libvirt: %w", err)

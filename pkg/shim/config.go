@@ -82,9 +82,6 @@ func (c Config) withDefaults() Config {
 // podDir is the state dir of the pod whose sandbox is sandboxID.
 func (c Config) podDir(sandboxID string) string { return vm.PodLayout(c.StateRoot, sandboxID).Dir }
 
-// uidLeases is the dir of QEMU uid leases (jail.Allocate).
-func (c Config) uidLeases() string { return vm.UIDLeases(c.StateRoot) }
-
 // nodeOptions open a pod's libvirt (node.Open).
 func (c Config) nodeOptions() node.Options {
 	return node.Options{CapsCache: c.CapsCache, KVMCache: c.KVMCache, Pod: true}

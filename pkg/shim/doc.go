@@ -8,24 +8,27 @@
 // One shim process serves one pod. A task has a state machine and a body:
 // the sandbox (sandboxBody), which holds the pod: its network namespace
 // (the shim process lives in it, see manager.go), its state dir and its
-// embedded libvirt; or the VM (vmTask): Create defines it, Start boots it,
-// its stdio is the guest's serial console, and exec processes run commands
-// in the guest through the QEMU guest agent (exec.go). The shim translates
-// the OCI spec into pkg/vm's calls (image, network, devices, cloud-init,
-// overhead, the machine) and records what the VM holds in a checkpoint;
-// vm.Undo removes it, in the normal teardown and after a dead shim alike.
-// State changes go through task.update; errors are classified where they
-// happen and turned into ttrpc status codes once, in the interceptor
-// (errors.go).
+// embedded libvirt, which it hands pkg/vm as the vm.Opener (pod.go); or
+// the VM (vmTask), a thin translation of the task API onto a vm.VM: the
+// OCI spec becomes a vm.Request (vmtask.go), Create/Start/Kill/Delete/
+// Stats/Update call the VM's own, its stdio is the guest's serial console
+// (console.go), and exec processes run commands in the guest through the
+// QEMU guest agent (exec.go). The VM's making and undoing (image, network,
+// devices, cloud-init, overhead, cgroup, domain) is pkg/vm's; the shim
+// keeps what the VM reports holding (vm.Request.Record) in the task's
+// checkpoint, from which the delete command runs vm.Undo after a dead
+// shim (cleanup.go). State changes go through task.update; errors are
+// classified where they happen and turned into ttrpc status codes once,
+// in the interceptor (errors.go).
 //
-// cgroups: the shim enters its sandbox's cgroup, and QEMU, started paused,
-// moves into the VM container's cgroup with its memory limit (guest RAM plus
-// overhead) and CPU quota and weight before the guest runs; pkg/podcgroup
-// does it for cgroup v1 and v2 with either cgroup driver. A VM task without
-// a cgroupsPath it can use is refused: a VM never runs outside its pod's
+// cgroups: the shim enters its sandbox's cgroup (pkg/podcgroup, cgroup v1
+// and v2, either driver), so it and QEMU until the VM moves it into its
+// container's cgroup are charged to the pod. A VM task without a
+// cgroupsPath it can use is refused: a VM never runs outside its pod's
 // limits.
 //
-// It may import vm, vmspec, host, node, jail, podnet, podcgroup, virt and
-// virt/libvirt, containerd's shim, API and events packages, and the
-// standard library; nothing imports it but cmd/vm-runtime.
+// It may import vm, vmspec, node, podcgroup, virt and virt/libvirt, jail
+// (for its uid range setting),
+// containerd's shim, API and events packages, and the standard library;
+// nothing imports it but cmd/vm-runtime.
 package shim

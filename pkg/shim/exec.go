@@ -149,7 +149,7 @@ func (e *execProcess) execute(ctx context.Context) (uint32, []byte, []byte) {
 			return 126, nil, []byte(fmt.Sprintf("vmpod: exec stdin is over %d bytes: the QEMU guest agent takes it in one message\n", vm.MaxExecInput))
 		}
 	}
-	res, err := e.v.machine.Exec(ctx, vm.ExecRequest{Args: e.proc.Args, Env: e.proc.Env, Stdin: stdin})
+	res, err := e.v.vm.Exec(ctx, vm.ExecRequest{Args: e.proc.Args, Env: e.proc.Env, Stdin: stdin})
 	switch {
 	case err == nil:
 		stderr := res.Stderr

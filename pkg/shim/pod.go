@@ -11,8 +11,6 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 
-	"github.com/vmpod/vmpod/pkg/host"
-	"github.com/vmpod/vmpod/pkg/jail"
 	"github.com/vmpod/vmpod/pkg/node"
 	"github.com/vmpod/vmpod/pkg/podcgroup"
 	"github.com/vmpod/vmpod/pkg/virt/libvirt"
@@ -29,15 +27,10 @@ type pod struct {
 	netns  string          // the pod network namespace this shim runs in; "" if none
 	cgroup *podcgroup.Path // the sandbox's cgroup, which the shim entered; nil if none
 
-	once sync.Once
-	conn *libvirt.Conn
-	rt   *vm.Runtime
-	host host.Host
-	err  error
-
-	jailOnce sync.Once
-	jail     vm.Jail // QEMU's uid and jailer, made on first need
-	jailErr  error
+	once  sync.Once
+	conn  *libvirt.Conn
+	vmEnv vm.Env
+	err   error
 }
 
 func newPod(cfg Config, sandboxID string, cgroup *podcgroup.Path) (*pod, error) {
@@ -51,39 +44,23 @@ func newPod(cfg Config, sandboxID string, cgroup *podcgroup.Path) (*pod, error) 
 // layout is where the pod's VM keeps its files.
 func (p *pod) layout() vm.Layout { return vm.Layout{Dir: p.dir} }
 
-// hypervisor opens the embedded libvirt driver in the pod's state dir,
-// once. libvirt makes no cgroups: QEMU stays in the shim's cgroup (the
-// pod's) until the VM task moves it into its own.
-func (p *pod) hypervisor(ctx context.Context) (*vm.Runtime, host.Host, error) {
+// env is the pod's vm.Opener: the embedded libvirt driver opened in the
+// pod's state dir and QEMU's jail, once. libvirt makes no cgroups: QEMU
+// stays in the shim's cgroup (the pod's) until the VM moves it into its own.
+func (p *pod) env(ctx context.Context) (vm.Env, error) {
 	p.once.Do(func() {
 		o := p.cfg.nodeOptions()
-		p.conn, p.err = node.Open(ctx, p.layout().Libvirt(), o)
-		if p.err != nil {
+		if p.conn, p.err = node.Open(ctx, p.layout().Libvirt(), o); p.err != nil {
 			return
 		}
-		p.rt = vm.NewRuntime(p.conn)
+		p.vmEnv.Runtime = vm.NewRuntime(p.conn)
 		// `start` probed already (Manager.Start), so this reads the cache.
-		p.host, p.err = node.HostOf(ctx, p.conn, o)
-	})
-	return p.rt, p.host, p.err
-}
-
-// qemuJail leases the pod's QEMU uid and links the jailer, once.
-func (p *pod) qemuJail() (vm.Jail, error) {
-	p.jailOnce.Do(func() {
-		jailer, err := jail.LinkEmulator(filepath.Dir(vm.JailerLink(p.cfg.StateRoot)))
-		if err != nil {
-			p.jailErr = fmt.Errorf("QEMU's jailer: %v: %w", err, errdefs.ErrInternal)
+		if p.vmEnv.Host, p.err = node.HostOf(ctx, p.conn, o); p.err != nil {
 			return
 		}
-		uid, err := jail.Allocate(p.cfg.uidLeases(), p.cfg.UIDs, p.dir)
-		if err != nil {
-			p.jailErr = fmt.Errorf("a uid for QEMU: %v: %w", err, errdefs.ErrResourceExhausted)
-			return
-		}
-		p.jail = vm.Jail{Jailer: jailer, UID: uid, GID: uid, LibvirtRoot: p.layout().Libvirt(), DiskCap: p.cfg.DiskCap}
+		p.vmEnv.Jail, p.err = vm.LeaseJail(p.cfg.StateRoot, p.cfg.UIDs, p.layout(), p.cfg.DiskCap)
 	})
-	return p.jail, p.jailErr
+	return p.vmEnv, p.err
 }
 
 // close closes libvirt; running QEMUs keep running.
@@ -111,5 +88,5 @@ func (p *pod) leaveCgroup() {
 // it only when no VM of the pod runs.
 func (p *pod) remove() error {
 	p.close()
-	return errors.Join(os.RemoveAll(filepath.Clean(p.dir)), jail.Release(p.cfg.uidLeases(), p.dir))
+	return errors.Join(os.RemoveAll(filepath.Clean(p.dir)), vm.ReleaseJail(p.cfg.StateRoot, p.layout()))
 }

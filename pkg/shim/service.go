@@ -106,9 +106,9 @@ func (s *service) get(id string) (*task, error) {
 }
 
 func (s *service) State(ctx context.Context, r *taskAPI.StateRequest) (*taskAPI.StateResponse, error) {
-	t, err := s.get(r.ID)
-	if err != nil || t == nil {
-		return nil, notReady(r.ID, err)
+	t, err := s.ready(r.ID)
+	if err != nil {
+		return nil, err
 	}
 	if r.ExecID != "" {
 		e, err := t.getExec(r.ExecID)
@@ -170,9 +170,9 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 }
 
 func (s *service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.StartResponse, error) {
-	t, err := s.get(r.ID)
-	if err != nil || t == nil {
-		return nil, notReady(r.ID, err)
+	t, err := s.ready(r.ID)
+	if err != nil {
+		return nil, err
 	}
 	if r.ExecID != "" {
 		e, err := t.getExec(r.ExecID)
@@ -195,9 +195,9 @@ func (s *service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.
 }
 
 func (s *service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAPI.DeleteResponse, error) {
-	t, err := s.get(r.ID)
-	if err != nil || t == nil {
-		return nil, notReady(r.ID, err)
+	t, err := s.ready(r.ID)
+	if err != nil {
+		return nil, err
 	}
 	if r.ExecID != "" {
 		e, err := t.getExec(r.ExecID)
@@ -239,9 +239,9 @@ func (s *service) vmTaskLeft(sandboxID string) bool {
 }
 
 func (s *service) Pids(ctx context.Context, r *taskAPI.PidsRequest) (*taskAPI.PidsResponse, error) {
-	t, err := s.get(r.ID)
-	if err != nil || t == nil {
-		return nil, notReady(r.ID, err)
+	t, err := s.ready(r.ID)
+	if err != nil {
+		return nil, err
 	}
 	resp := &taskAPI.PidsResponse{}
 	if pid := t.st.get().Pid; pid != 0 {
@@ -251,9 +251,9 @@ func (s *service) Pids(ctx context.Context, r *taskAPI.PidsRequest) (*taskAPI.Pi
 }
 
 func (s *service) Pause(ctx context.Context, r *taskAPI.PauseRequest) (*emptypb.Empty, error) {
-	t, err := s.get(r.ID)
-	if err != nil || t == nil {
-		return nil, notReady(r.ID, err)
+	t, err := s.ready(r.ID)
+	if err != nil {
+		return nil, err
 	}
 	if err := t.pause(ctx); err != nil {
 		return nil, err
@@ -263,9 +263,9 @@ func (s *service) Pause(ctx context.Context, r *taskAPI.PauseRequest) (*emptypb.
 }
 
 func (s *service) Resume(ctx context.Context, r *taskAPI.ResumeRequest) (*emptypb.Empty, error) {
-	t, err := s.get(r.ID)
-	if err != nil || t == nil {
-		return nil, notReady(r.ID, err)
+	t, err := s.ready(r.ID)
+	if err != nil {
+		return nil, err
 	}
 	if err := t.resume(ctx); err != nil {
 		return nil, err
@@ -279,9 +279,9 @@ func (s *service) Checkpoint(ctx context.Context, r *taskAPI.CheckpointTaskReque
 }
 
 func (s *service) Kill(ctx context.Context, r *taskAPI.KillRequest) (*emptypb.Empty, error) {
-	t, err := s.get(r.ID)
-	if err != nil || t == nil {
-		return nil, notReady(r.ID, err)
+	t, err := s.ready(r.ID)
+	if err != nil {
+		return nil, err
 	}
 	if r.ExecID != "" {
 		e, err := t.getExec(r.ExecID)
@@ -300,9 +300,9 @@ func (s *service) Kill(ctx context.Context, r *taskAPI.KillRequest) (*emptypb.Em
 // Exec adds a command to run in the VM's guest through the QEMU guest
 // agent (kubectl exec, exec probes); Start runs it.
 func (s *service) Exec(ctx context.Context, r *taskAPI.ExecProcessRequest) (*emptypb.Empty, error) {
-	t, err := s.get(r.ID)
-	if err != nil || t == nil {
-		return nil, notReady(r.ID, err)
+	t, err := s.ready(r.ID)
+	if err != nil {
+		return nil, err
 	}
 	if _, err := t.addExec(r); err != nil {
 		return nil, err
@@ -320,9 +320,9 @@ func (s *service) ResizePty(ctx context.Context, r *taskAPI.ResizePtyRequest) (*
 }
 
 func (s *service) CloseIO(ctx context.Context, r *taskAPI.CloseIORequest) (*emptypb.Empty, error) {
-	t, err := s.get(r.ID)
-	if err != nil || t == nil {
-		return nil, notReady(r.ID, err)
+	t, err := s.ready(r.ID)
+	if err != nil {
+		return nil, err
 	}
 	// An exec's stdin ends when containerd closes its FIFO's writer.
 	if r.Stdin && r.ExecID == "" {
@@ -332,9 +332,9 @@ func (s *service) CloseIO(ctx context.Context, r *taskAPI.CloseIORequest) (*empt
 }
 
 func (s *service) Update(ctx context.Context, r *taskAPI.UpdateTaskRequest) (*emptypb.Empty, error) {
-	t, err := s.get(r.ID)
-	if err != nil || t == nil {
-		return nil, notReady(r.ID, err)
+	t, err := s.ready(r.ID)
+	if err != nil {
+		return nil, err
 	}
 	var res specs.LinuxResources
 	if r.Resources != nil {
@@ -349,9 +349,9 @@ func (s *service) Update(ctx context.Context, r *taskAPI.UpdateTaskRequest) (*em
 }
 
 func (s *service) Wait(ctx context.Context, r *taskAPI.WaitRequest) (*taskAPI.WaitResponse, error) {
-	t, err := s.get(r.ID)
-	if err != nil || t == nil {
-		return nil, notReady(r.ID, err)
+	t, err := s.ready(r.ID)
+	if err != nil {
+		return nil, err
 	}
 	if r.ExecID != "" {
 		e, err := t.getExec(r.ExecID)
@@ -370,9 +370,9 @@ func (s *service) Wait(ctx context.Context, r *taskAPI.WaitRequest) (*taskAPI.Wa
 }
 
 func (s *service) Stats(ctx context.Context, r *taskAPI.StatsRequest) (*taskAPI.StatsResponse, error) {
-	t, err := s.get(r.ID)
-	if err != nil || t == nil {
-		return nil, notReady(r.ID, err)
+	t, err := s.ready(r.ID)
+	if err != nil {
+		return nil, err
 	}
 	data, err := t.stats(ctx)
 	if err != nil {
@@ -407,9 +407,15 @@ func (s *service) Shutdown(ctx context.Context, r *taskAPI.ShutdownRequest) (*em
 	return &emptypb.Empty{}, nil
 }
 
-func notReady(id string, err error) error {
+// ready is the task id once created; every request but Create and Delete
+// is answered "not ready" (FailedPrecondition) while its Create runs.
+func (s *service) ready(id string) (*task, error) {
+	t, err := s.get(id)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return fmt.Errorf("task %s is being created: %w", id, errdefs.ErrFailedPrecondition)
+	if t == nil {
+		return nil, fmt.Errorf("task %s is being created: %w", id, errdefs.ErrFailedPrecondition)
+	}
+	return t, nil
 }

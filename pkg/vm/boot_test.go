@@ -70,21 +70,17 @@ func runtimeForTest(t testing.TB) (*vm.Runtime, host.Host, string) {
 // as the jailer, a uid leased for dir until the test ends.
 func jailForTest(t testing.TB, root, dir string) vm.Jail {
 	t.Helper()
-	jailer, err := jail.LinkEmulator(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leases := filepath.Join(root, "uids")
-	uid, err := jail.Allocate(leases, jail.DefaultRange, dir)
+	j, err := vm.LeaseJail(root, jail.DefaultRange, vm.Layout{Dir: dir}, 4<<30)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := jail.Release(leases, dir); err != nil {
+		if err := vm.ReleaseJail(root, vm.Layout{Dir: dir}); err != nil {
 			t.Error(err)
 		}
 	})
-	return vm.Jail{Jailer: jailer, UID: uid, GID: uid, LibvirtRoot: filepath.Join(root, "libvirt"), DiskCap: 4 << 30}
+	j.LibvirtRoot = filepath.Join(root, "libvirt") // one libvirt for all test VMs
+	return j
 }
 
 func podFromFile(t testing.TB, name string) *corev1.Pod {

@@ -1,13 +1,26 @@
-// Package vm is one VM's life on a node: finding what the containerdisk
-// ships, laying out the VM's files in its state dir, the qcow2 overlay over
-// the image's disk, defining, starting and stopping the domain through
-// pkg/virt, and running commands in the guest through its QEMU guest agent.
+// Package vm is one VM's life on a node, whatever front door asked for it
+// (the containerd shim, the CRI server). A front door translates its
+// request into a Request and gets a VM: Create does image intake (the
+// containerdisk mounted and checked), the node's Env (hypervisor, host,
+// QEMU's jail) opened through the front door's Opener, the overhead
+// checked against the pod's limit, the pod network taken over, block
+// volume nodes, the cloud-init seed, the overlay and the domain; then
+// Start (QEMU into its cgroup before the guest runs), Wait, Shutdown,
+// Stop with grace, Kill, Exec through the guest agent, the console,
+// Stats, Update, Delete.
 //
-// Held and Undo are what a VM holds on the node and the one path that
-// removes it, run by the normal teardown and by the cleanup after a dead
-// front door alike.
+// What a VM holds on the node (Held) is reported through Request.Record
+// before each thing is acquired, for the front door's checkpoint; Undo is
+// the one path that removes it, run by Delete and by the cleanup after a
+// dead front door from its record alike.
+//
+// Machine is the domain-level part (define, start paused, console,
+// events), used by Create and by measurements that need no pod around
+// the VM (hack/overhead).
 //
 // It may import vmspec, convert, host, virt, jail, podnet, podcgroup,
-// containerd's mount package and the standard library; the shim and the
-// CRI server import it, never the other way round.
+// containerd's mount and errdefs packages, the OCI runtime spec and the
+// standard library; never libvirt's binding (the front door's Opener
+// brings the connection). The shim and the CRI server import it, never
+// the other way round.
 package vm

@@ -33,6 +33,12 @@ type Held struct {
 	Cgroup string `json:"cgroup,omitempty"`
 }
 
+// Empty says h holds nothing Undo would remove (a namespace alone is the
+// pod's, not the VM's).
+func (h Held) Empty() bool {
+	return h.Domain == "" && h.Tap == "" && h.Rootfs == "" && len(h.Devices) == 0 && h.Cgroup == ""
+}
+
 // Undo removes what h holds, in the reverse order of its making: the
 // domain (QEMU stopped hard, the definition removed) through hv, the
 // cgroup, the device nodes, the tap and its filters, the image mount.

@@ -23,14 +23,31 @@ type Network struct {
 	// Netns is the pod's network namespace, which the calling process
 	// must be in (AttachNetwork checks).
 	Netns string
-	// Interface is the pod interface CNI made (eth0); Tap the tap to make
-	// beside it for the guest.
+	// Interface is the pod interface CNI made (DefaultPodInterface when
+	// empty); Tap the tap to make beside it for the guest (DefaultTap).
 	Interface, Tap string
 	// ResolvConf is the pod's resolv.conf on the host, "" for none; the
 	// guest gets its servers and search list by DHCP.
 	ResolvConf string
 	// Hostname is the pod's, for DHCP.
 	Hostname string
+}
+
+// The pod interface CNI makes, and the tap beside it, unless a Network
+// names others.
+const (
+	DefaultPodInterface = "eth0"
+	DefaultTap          = "vmpod0"
+)
+
+func (n Network) withDefaults() Network {
+	if n.Interface == "" {
+		n.Interface = DefaultPodInterface
+	}
+	if n.Tap == "" {
+		n.Tap = DefaultTap
+	}
+	return n
 }
 
 // AttachNetwork gives the spec's NIC the pod interface's identity (podnet)
@@ -42,6 +59,7 @@ func AttachNetwork(s vmspec.Spec, n Network) (*podnet.Attachment, map[string]con
 	if len(s.NICs) == 0 {
 		return nil, nil, nil
 	}
+	n = n.withDefaults()
 	if n.Netns == "" || !inNetns(n.Netns) {
 		return nil, nil, fmt.Errorf("%s: the VM's network needs the pod's own network namespace, and this pod has none "+
 			"(hostNetwork pods cannot run VMs; set vmpod.io/network: none for a VM without network): %w",

@@ -98,3 +98,27 @@ func TestOneCgoPackage(t *testing.T) {
 		}
 	}
 }
+
+// TestFrontDoorsAreThin: a VM's making and undoing is pkg/vm's. The shim
+// translates its requests into pkg/vm's and imports none of the packages
+// that make a VM's parts (the pod network, the domain XML, QEMU's jail
+// spec is set up through vm.LeaseJail); pkg/vm opens no libvirt itself
+// (the front door's Opener does) and imports no front door.
+func TestFrontDoorsAreThin(t *testing.T) {
+	pkgs := listPackages(t)
+	rules := map[string][]string{
+		module + "/pkg/shim": {module + "/pkg/podnet", module + "/pkg/convert", module + "/pkg/host"},
+		module + "/pkg/vm":   {module + "/pkg/shim", module + "/pkg/node", module + "/pkg/virt/libvirt", "libvirt.org/go/libvirt"},
+	}
+	for path, forbidden := range rules {
+		p, ok := pkgs[path]
+		if !ok {
+			t.Fatalf("no %s", path)
+		}
+		for _, imp := range p.Imports {
+			if slices.Contains(forbidden, imp) {
+				t.Errorf("%s imports %s; its doc.go says why it may not", path, imp)
+			}
+		}
+	}
+}

@@ -1,0 +1,31 @@
+package vm
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/vmpod/vmpod/pkg/jail"
+)
+
+// LeaseJail is the jail of the QEMU of the pod laid out at l, for a
+// runtime with this state root: the jailer linked under it (JailerLink)
+// and a uid of its own from uids, leased in UIDLeases until ReleaseJail.
+// diskCap is Jail.DiskCap.
+func LeaseJail(stateRoot string, uids jail.Range, l Layout, diskCap uint64) (Jail, error) {
+	jailer, err := jail.LinkEmulator(filepath.Dir(JailerLink(stateRoot)))
+	if err != nil {
+		return Jail{}, fmt.Errorf("QEMU's jailer: %v: %w", err, errdefs.ErrInternal)
+	}
+	uid, err := jail.Allocate(UIDLeases(stateRoot), uids, l.Dir)
+	if err != nil {
+		return Jail{}, fmt.Errorf("a uid for QEMU: %v: %w", err, errdefs.ErrResourceExhausted)
+	}
+	return Jail{Jailer: jailer, UID: uid, GID: uid, LibvirtRoot: l.Libvirt(), DiskCap: diskCap}, nil
+}
+
+// ReleaseJail gives back the uid LeaseJail leased for the pod at l.
+func ReleaseJail(stateRoot string, l Layout) error {
+	return jail.Release(UIDLeases(stateRoot), l.Dir)
+}

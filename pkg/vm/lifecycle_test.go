@@ -1,0 +1,232 @@
+package vm_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	cgroup1stats "github.com/containerd/cgroups/v3/cgroup1/stats"
+	cgroup2stats "github.com/containerd/cgroups/v3/cgroup2/stats"
+	"github.com/containerd/containerd/v2/core/mount"
+	"github.com/moby/sys/mountinfo"
+
+	"github.com/vmpod/vmpod/pkg/podcgroup"
+	"github.com/vmpod/vmpod/pkg/vm"
+	"github.com/vmpod/vmpod/pkg/vmspec"
+)
+
+// records collects what a VM reports holding (vm.Request.Record).
+type records struct{ list []vm.Held }
+
+func (r *records) record(h vm.Held) error {
+	r.list = append(r.list, h)
+	return nil
+}
+
+// last is the latest record, or a zero Held before the first.
+func (r *records) last() vm.Held {
+	if len(r.list) == 0 {
+		return vm.Held{}
+	}
+	return r.list[len(r.list)-1]
+}
+
+// lifecycleRequest is a Request for the test guest as the pod in
+// testdata/podFile, named name, with its image bind-mounted as a runtime
+// mounts a snapshot, in a cgroup of its own under a pod cgroup the test
+// removes at its end.
+func lifecycleRequest(t *testing.T, podFile, name, dir string, rec *records) vm.Request {
+	t.Helper()
+	pod := podFromFile(t, podFile)
+	pod.Name = name
+	spec, err := vmspec.FromPod(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	podCgroup := fmt.Sprintf("/vmpod-test-%d-%s", os.Getpid(), name)
+	cg, err := podcgroup.Parse(podCgroup + "/vm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		pcg, _ := podcgroup.Parse(podCgroup)
+		if err := podcgroup.Remove(pcg); err != nil {
+			t.Error(err)
+		}
+	})
+	rootfs := filepath.Join(t.TempDir(), "rootfs")
+	if err := os.Mkdir(rootfs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return vm.Request{
+		Spec:         spec,
+		Layout:       vm.Layout{Dir: dir},
+		Rootfs:       rootfs,
+		RootfsMounts: []mount.Mount{{Type: "bind", Source: containerdiskRootfs(t), Options: []string{"rbind", "ro"}}},
+		Cgroup:       cg,
+		Record:       rec.record,
+	}
+}
+
+func assertNotMounted(t *testing.T, path string) {
+	t.Helper()
+	if mounted, err := mountinfo.Mounted(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Error(err)
+	} else if mounted {
+		t.Errorf("%s is still mounted", path)
+		_ = mount.UnmountAll(path, 0)
+	}
+}
+
+// TestVMLifecycle runs the test guest through the API the front doors
+// use: Create from a Request (the image mounted, a cgroup of its own),
+// Start, Exec through the guest agent, Stats, Stop with a grace period
+// (ACPI, the guest powers off), Delete; what the VM records holding at
+// each step; and that nothing is left.
+func TestVMLifecycle(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rt, h, root := runtimeForTest(t)
+	dir, err := os.MkdirTemp(root, "pod-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec records
+	req := lifecycleRequest(t, "boot-pod.yaml", "lifecycle", dir, &rec)
+	j := jailForTest(t, root, dir)
+	opened := 0
+	open := func(context.Context) (vm.Env, error) {
+		opened++
+		return vm.Env{Runtime: rt, Host: h, Jail: j}, nil
+	}
+
+	v, err := vm.Create(ctx, req, open)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deleted := false
+	t.Cleanup(func() {
+		if !deleted {
+			_ = v.Delete(context.Background())
+		}
+	})
+	if opened != 1 {
+		t.Errorf("the Opener ran %d times, want once", opened)
+	}
+	if len(rec.list) == 0 || rec.list[0].Rootfs != req.Rootfs || rec.list[0].Domain != "" {
+		t.Errorf("first record %+v: want the image mount recorded before anything else", rec.list)
+	}
+	if got := rec.last(); got.Domain != req.Spec.Name || got.Rootfs != req.Rootfs || got.Cgroup != "" {
+		t.Errorf("record after Create = %+v, want the domain %s and the mount, no cgroup yet", got, req.Spec.Name)
+	}
+	if mounted, err := mountinfo.Mounted(req.Rootfs); err != nil || !mounted {
+		t.Errorf("image not mounted at %s after Create: %v", req.Rootfs, err)
+	}
+
+	pid, err := v.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.last(); got.Cgroup != req.Cgroup.Raw {
+		t.Errorf("record after Start = %+v, want the cgroup %s", got, req.Cgroup.Raw)
+	}
+	procs, err := os.ReadFile(cgroupProcs(req.Cgroup))
+	if err != nil || !strings.Contains("\n"+string(procs), fmt.Sprintf("\n%d\n", pid)) {
+		t.Errorf("QEMU %d is not in its cgroup %s: %q, %v", pid, req.Cgroup.Dir, procs, err)
+	}
+	watchConsole(t, req.Layout.ConsoleLog()).waitFor(ctx, t, "VMPOD-GUEST: ready")
+
+	res, err := v.Exec(ctx, vm.ExecRequest{Args: []string{"/bin/sh", "-c", "echo hello from $(hostname); exit 3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 3 || !strings.HasPrefix(string(res.Stdout), "hello from ") {
+		t.Errorf("exec = %+v, want exit 3 and the greeting", res)
+	}
+
+	stats, err := v.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var memory, cpu uint64
+	switch m := stats.(type) {
+	case *cgroup1stats.Metrics:
+		memory, cpu = m.GetMemory().GetUsage().GetUsage(), m.GetCPU().GetUsage().GetTotal()
+	case *cgroup2stats.Metrics:
+		memory, cpu = m.GetMemory().GetUsage(), m.GetCPU().GetUsageUsec()
+	default:
+		t.Fatalf("stats of type %T", stats)
+	}
+	if memory < 16<<20 || cpu == 0 {
+		t.Errorf("stats: memory %d bytes, CPU %d: want a booted guest's (QEMU holds more than 16 MiB)", memory, cpu)
+	}
+
+	exit, err := v.Stop(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exit.Status != 0 || exit.Reason != "Completed" {
+		t.Errorf("Stop: exit %+v, want the guest powered off (0, Completed)", exit)
+	}
+
+	deleted = true
+	if err := v.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.last(); !got.Empty() {
+		t.Errorf("last record %+v, want nothing held", got)
+	}
+	assertGone(t, rt, req.Spec.Name, pid, dir)
+	assertNotMounted(t, req.Rootfs)
+	if _, err := os.Stat(cgroupProcs(req.Cgroup)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("cgroup %s left: %v", req.Cgroup.Dir, err)
+	}
+}
+
+// cgroupProcs is the cgroup.procs file of a cgroupfs cgroup (the memory
+// hierarchy's on cgroup v1).
+func cgroupProcs(p podcgroup.Path) string {
+	if podcgroup.Unified() {
+		return filepath.Join(podcgroup.Root, p.Dir, "cgroup.procs")
+	}
+	return filepath.Join(podcgroup.Root, "memory", p.Dir, "cgroup.procs")
+}
+
+// TestCreateUndoesOnFailure: a Create that fails undoes all it did and
+// says so through Record; an image refused at intake costs no Opener.
+func TestCreateUndoesOnFailure(t *testing.T) {
+	ctx := context.Background()
+	t.Run("opener fails", func(t *testing.T) {
+		var rec records
+		req := lifecycleRequest(t, "boot-pod.yaml", "failing", t.TempDir(), &rec)
+		boom := errors.New("no hypervisor on this node")
+		_, err := vm.Create(ctx, req, func(context.Context) (vm.Env, error) { return vm.Env{}, boom })
+		if !errors.Is(err, boom) {
+			t.Fatalf("Create = %v, want the Opener's error", err)
+		}
+		if len(rec.list) < 2 || rec.list[0].Rootfs != req.Rootfs || !rec.last().Empty() {
+			t.Errorf("records %+v: want the mount recorded, then nothing held", rec.list)
+		}
+		assertNotMounted(t, req.Rootfs)
+	})
+	t.Run("image refused", func(t *testing.T) {
+		var rec records
+		req := lifecycleRequest(t, "boot-pod.yaml", "refused", t.TempDir(), &rec)
+		req.RootfsMounts = nil // an empty dir: an image with no disk and no kernel
+		_, err := vm.Create(ctx, req, func(context.Context) (vm.Env, error) {
+			t.Error("the Opener ran for a refused image")
+			return vm.Env{}, errors.New("unexpected")
+		})
+		if err == nil || !strings.Contains(err.Error(), "image") {
+			t.Fatalf("Create = %v, want the image refused", err)
+		}
+		if !rec.last().Empty() {
+			t.Errorf("records %+v, want nothing held", rec.list)
+		}
+	})
+}

@@ -1,0 +1,341 @@
+package vm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/containerd/containerd/v2/core/mount"
+	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/vmpod/vmpod/pkg/host"
+	"github.com/vmpod/vmpod/pkg/podcgroup"
+	"github.com/vmpod/vmpod/pkg/podnet"
+	"github.com/vmpod/vmpod/pkg/virt"
+	"github.com/vmpod/vmpod/pkg/vmspec"
+)
+
+// Request is one VM a front door asks for, in pkg/vm's terms: a front door
+// translates what it was handed (an OCI bundle, a CRI request) into it and
+// does nothing else of the VM's making.
+type Request struct {
+	Spec   vmspec.Spec
+	Layout Layout
+	// Rootfs is the containerdisk's root on the host, a directory. When
+	// RootfsMounts are given, Create mounts them on it first (and the undo
+	// unmounts).
+	Rootfs       string
+	RootfsMounts []mount.Mount
+	// Network is the pod network the VM takes over (ignored for a spec
+	// without NICs).
+	Network Network
+	// BlockDevices are the block volumes the front door was handed.
+	BlockDevices []BlockDevice
+	// CloudInitDir is where the spec's cloud-init volume is on the host,
+	// "" when it takes none or it is not mounted.
+	CloudInitDir string
+	// InstanceID is the cloud-init instance id (the pod's UID; the domain
+	// name when empty); Network.Hostname is the guest's hostname.
+	InstanceID string
+	// Cgroup is QEMU's cgroup: the container's, under the pod's. The pod
+	// cgroup's memory limit bounds the VM (CheckPodLimit); QEMU moves into
+	// Cgroup, with guest RAM plus overhead as its limit and CPU as its CPU
+	// controls, before the guest's first instruction.
+	Cgroup podcgroup.Path
+	CPU    *specs.LinuxCPU
+	// ConsoleOut receives the serial console from its first byte (nil:
+	// the log only); ConsoleLogBytes caps each console log file.
+	ConsoleOut      io.Writer
+	ConsoleLogBytes int64
+	// Record is called with what the VM holds on the node before each
+	// thing is acquired and after each is released, for the front door's
+	// checkpoint; an empty Held (Held.Empty) means nothing is left. If it
+	// fails, the step it announced is not taken. nil: no record.
+	Record func(Held) error
+}
+
+// Env is what a VM needs of its node: the hypervisor connection (with the
+// Runtime reading its events), what the node can do, and QEMU's jail.
+type Env struct {
+	Runtime *Runtime
+	Host    host.Host
+	Jail    Jail
+}
+
+// Opener gives Create its Env. Create calls it once, after the image
+// passed intake, so a refused image costs no hypervisor connection (which
+// probes QEMU).
+type Opener func(ctx context.Context) (Env, error)
+
+// VM is one VM of a pod, from Create to Delete: everything it holds on the
+// node, and its Machine.
+type VM struct {
+	spec    vmspec.Spec
+	layout  Layout
+	hv      virt.Hypervisor // nil until the Opener ran
+	machine *Machine
+	net     *podnet.Attachment
+	cgPath  podcgroup.Path
+	cpu     *specs.LinuxCPU
+	limit   uint64
+	cgroup  *podcgroup.Cgroup
+	held    Held
+	record  func(Held) error
+}
+
+// Create makes the VM up to a defined, not yet started domain: image
+// intake (the rootfs mounted if asked, FindImage and the disk checks), the
+// Env opened, the overhead checked against the pod's memory limit, a fresh
+// VM dir, the pod network taken over, the block volume nodes, the
+// cloud-init seed, the overlay, QEMU's jail and the domain. On error all
+// it made is undone, and Record is told so with an empty Held when the
+// undo was complete.
+func Create(ctx context.Context, req Request, open Opener) (_ *VM, retErr error) {
+	req.Network = req.Network.withDefaults()
+	v := &VM{spec: req.Spec, layout: req.Layout, cgPath: req.Cgroup, cpu: req.CPU, record: req.Record}
+	v.held.Netns = req.Network.Netns
+	defer func() {
+		if retErr != nil {
+			if err := v.Delete(context.WithoutCancel(ctx)); err != nil {
+				retErr = fmt.Errorf("%w (and its undo: %v)", retErr, err)
+			}
+		}
+	}()
+
+	// The image first: a refused one costs no hypervisor.
+	if len(req.RootfsMounts) > 0 {
+		if err := v.acquire(func(h *Held) { h.Rootfs = req.Rootfs }); err != nil {
+			return nil, err
+		}
+		if err := mount.All(req.RootfsMounts, req.Rootfs); err != nil {
+			return nil, fmt.Errorf("mount the image: %v: %w", err, errdefs.ErrInternal)
+		}
+	}
+	img, err := InspectImage(ctx, req.Rootfs)
+	if err != nil {
+		return nil, fmt.Errorf("image %s: %w", req.Spec.Image, err)
+	}
+
+	env, err := open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v.hv = env.Runtime.hv
+	v.limit = MemoryLimit(req.Spec, env.Host)
+	if err := CheckPodLimit(req.Spec, env.Host, podcgroup.MemoryLimit(req.Cgroup.PodDir())); err != nil {
+		return nil, err
+	}
+	if err := req.Layout.PrepareVMDir(); err != nil {
+		return nil, fmt.Errorf("VM dir: %v: %w", err, errdefs.ErrInternal)
+	}
+
+	if len(req.Spec.NICs) > 0 {
+		if err := v.acquire(func(h *Held) { h.Tap, h.PodIf = req.Network.Tap, req.Network.Interface }); err != nil {
+			return nil, err
+		}
+	}
+	attachment, nics, err := AttachNetwork(req.Spec, req.Network)
+	if err != nil {
+		return nil, err
+	}
+	v.net = attachment
+
+	vols, made, err := MakeDevices(req.Layout, req.Spec, req.BlockDevices)
+	v.held.Devices = made
+	if rerr := v.save(); err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := WriteSeed(req.Layout, req.Spec, req.CloudInitDir, req.InstanceID, req.Network.Hostname); err != nil {
+		return nil, err
+	}
+
+	if err := v.acquire(func(h *Held) { h.Domain = req.Spec.Name }); err != nil {
+		return nil, err
+	}
+	v.machine, err = env.Runtime.Create(ctx, Config{Spec: req.Spec, Host: env.Host, Image: img, Layout: req.Layout,
+		NICs: nics, Volumes: vols, Jail: env.Jail, ConsoleOut: req.ConsoleOut, ConsoleLogBytes: req.ConsoleLogBytes})
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// acquire records that the VM is about to hold what set adds, before it
+// is made, so a crash in between leaves a record the undo can replay
+// (undoing what was never made is no error).
+func (v *VM) acquire(set func(*Held)) error {
+	set(&v.held)
+	return v.save()
+}
+
+func (v *VM) save() error {
+	if v.record == nil {
+		return nil
+	}
+	if err := v.record(v.held); err != nil {
+		return fmt.Errorf("record what the VM holds: %v: %w", err, errdefs.ErrInternal)
+	}
+	return nil
+}
+
+// Held is what the VM holds on the node now.
+func (v *VM) Held() Held { return v.held }
+
+// Spec is the VM's spec.
+func (v *VM) Spec() vmspec.Spec { return v.spec }
+
+// Start boots the VM. Between QEMU's start and the guest's first
+// instruction QEMU moves into the Request's cgroup with its memory limit
+// (guest RAM plus overhead) and CPU controls, and the console attaches.
+// It returns QEMU's pid.
+func (v *VM) Start(ctx context.Context) (int, error) {
+	if err := v.acquire(func(h *Held) { h.Cgroup = v.cgPath.Raw }); err != nil {
+		return 0, err
+	}
+	prepare := func(ctx context.Context, pid int) error {
+		cg, err := podcgroup.Enter(v.cgPath, pid, podcgroup.Limits{MemoryBytes: v.limit, CPU: v.cpu})
+		if err != nil {
+			return fmt.Errorf("move QEMU %d into the container's cgroup: %w", pid, err)
+		}
+		v.cgroup = cg
+		return nil
+	}
+	if err := v.machine.Start(ctx, prepare); err != nil {
+		return 0, err
+	}
+	return v.machine.PID(ctx)
+}
+
+// Wait blocks until the VM stops after a Start, or ctx ends. A VM the
+// kernel's OOM killer ended in its cgroup exits 137 with Reason
+// "OOMKilled".
+func (v *VM) Wait(ctx context.Context) (Exit, error) {
+	exit, err := v.machine.Wait(ctx)
+	if err != nil {
+		return exit, err
+	}
+	if v.cgroup != nil && exit.Reason != "Completed" && v.cgroup.OOMKilled() {
+		exit = Exit{Status: 128 + uint32(unix.SIGKILL), Reason: "OOMKilled",
+			Message: "QEMU was OOM-killed: the guest's memory and the VM's overhead did not fit the container's limit"}
+	}
+	return exit, nil
+}
+
+// Shutdown presses the ACPI power button; the guest decides when it powers
+// off.
+func (v *VM) Shutdown(ctx context.Context) error { return v.machine.Shutdown(ctx) }
+
+// Kill stops the VM hard.
+func (v *VM) Kill(ctx context.Context) error { return v.machine.Kill(ctx) }
+
+// Stop shuts the guest down and waits up to grace for it to power off,
+// then stops it hard: a CRI StopContainer with its timeout.
+func (v *VM) Stop(ctx context.Context, grace time.Duration) (Exit, error) {
+	if err := v.Shutdown(ctx); err != nil && !errdefs.IsNotFound(err) && !errdefs.IsFailedPrecondition(err) {
+		return Exit{}, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, grace)
+	exit, err := v.Wait(wctx)
+	cancel()
+	if err == nil {
+		return exit, nil
+	}
+	if ctx.Err() != nil {
+		return Exit{}, ctx.Err()
+	}
+	if err := v.Kill(ctx); err != nil {
+		return Exit{}, err
+	}
+	return v.Wait(ctx)
+}
+
+// Suspend stops the guest's vCPUs; Resume lets them run again.
+func (v *VM) Suspend(ctx context.Context) error { return v.machine.Suspend(ctx) }
+
+// Resume lets a suspended guest run again.
+func (v *VM) Resume(ctx context.Context) error { return v.machine.Resume(ctx) }
+
+// Exec runs a command in the guest through its agent (Machine.Exec).
+func (v *VM) Exec(ctx context.Context, req ExecRequest) (ExecResult, error) {
+	return v.machine.Exec(ctx, req)
+}
+
+// ConsoleInput is where to write to the serial console (attach); nil
+// before Start or without a console.
+func (v *VM) ConsoleInput() io.Writer { return v.machine.ConsoleInput() }
+
+// ConsoleDone is closed once the guest's last console output was copied.
+func (v *VM) ConsoleDone() <-chan struct{} { return v.machine.ConsoleDone() }
+
+// Stats are the cgroup metrics of QEMU's cgroup (containerd's cgroups v1
+// or v2 Metrics message), for the kubelet's summary: CPU and memory of
+// the VM as a whole.
+func (v *VM) Stats() (any, error) {
+	if v.cgroup == nil {
+		return nil, fmt.Errorf("the VM %s has not started, so it has no cgroup yet: %w", v.spec.Name, errdefs.ErrNotFound)
+	}
+	return v.cgroup.Stats()
+}
+
+// Update applies new container resources: CPU shares and quota change
+// live; guest memory and the vCPU count cannot change under a running
+// guest, and asking for it is refused with what to do instead.
+func (v *VM) Update(r *specs.LinuxResources) error {
+	if r == nil {
+		return nil
+	}
+	if m := r.Memory; m != nil && m.Limit != nil && uint64(*m.Limit)&^(1<<20-1) != v.spec.MemoryBytes {
+		return fmt.Errorf("memory limit %d: a running VM's memory cannot change; recreate the pod: %w",
+			*m.Limit, errdefs.ErrFailedPrecondition)
+	}
+	cpu := r.CPU
+	if cpu == nil {
+		return nil
+	}
+	if cpu.Quota != nil && *cpu.Quota > 0 && cpu.Period != nil && *cpu.Period > 0 {
+		if n := int((uint64(*cpu.Quota) + *cpu.Period - 1) / *cpu.Period); n > v.spec.VCPUs {
+			return fmt.Errorf("cpu limit of %d CPUs: the VM has %d vCPUs, which cannot change while it runs; recreate the pod: %w",
+				n, v.spec.VCPUs, errdefs.ErrFailedPrecondition)
+		}
+	}
+	if v.cgroup == nil {
+		return fmt.Errorf("the VM is not running in a cgroup of its own: %w", errdefs.ErrFailedPrecondition)
+	}
+	return v.cgroup.UpdateCPU(cpu)
+}
+
+// Delete removes the VM and all it holds, in reverse order: the in-process
+// parts first (the machine with its console, the DHCP server), then
+// through Undo what Held names, as the cleanup after a dead front door
+// does from its record. Safe on a partly created VM and twice. When the
+// undo is complete, Record is told nothing is held.
+func (v *VM) Delete(ctx context.Context) error {
+	var errs []error
+	if v.machine != nil {
+		errs = append(errs, v.machine.Delete(ctx))
+		v.machine = nil
+	}
+	if v.net != nil {
+		errs = append(errs, v.net.Close())
+		v.net = nil
+	}
+	held := v.held
+	if v.hv == nil {
+		held.Domain = "" // never connected: no domain was made
+	}
+	if err := Undo(ctx, v.hv, held); err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	v.held = Held{}
+	return v.save()
+}
