@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -175,8 +176,10 @@ func leftovers() (string, []string, error) {
 	return lines[0], lines[1:], err
 }
 
-// waitLeftovers waits, bounded, until the node is back to what it had
-// before the tests; the error names what differs.
+// waitLeftovers waits, bounded, until the node has nothing more than it
+// had before the tests: no count above its value before, no item that was
+// not there. What went away meanwhile (another program's namespace on a
+// shared machine) is no leftover. The error names what differs.
 func waitLeftovers(before string, beforeItems []string, timeout time.Duration) (string, error) {
 	deadline := time.Now().Add(timeout)
 	for {
@@ -184,7 +187,7 @@ func waitLeftovers(before string, beforeItems []string, timeout time.Duration) (
 		if err != nil {
 			return after, err
 		}
-		if after == before {
+		if noMore(after, before) && len(missing(items, beforeItems)) == 0 {
 			return after, nil
 		}
 		if time.Now().After(deadline) {
@@ -193,6 +196,25 @@ func waitLeftovers(before string, beforeItems []string, timeout time.Duration) (
 		}
 		time.Sleep(2 * time.Second)
 	}
+}
+
+// noMore reports whether no count of after ("name=N ...") is above its
+// count in before.
+func noMore(after, before string) bool {
+	was := map[string]string{}
+	for _, f := range strings.Fields(before) {
+		k, v, _ := strings.Cut(f, "=")
+		was[k] = v
+	}
+	for _, f := range strings.Fields(after) {
+		k, v, _ := strings.Cut(f, "=")
+		n, err1 := strconv.Atoi(v)
+		m, err2 := strconv.Atoi(was[k])
+		if err1 != nil || err2 != nil || n > m {
+			return false
+		}
+	}
+	return true
 }
 
 // missing lists the items of a that are not in b.
