@@ -17,13 +17,21 @@ type Options struct {
 	// Pod opens a pod's libvirt: libvirt makes no cgroups, so QEMU stays
 	// in the opener's (the pod's) cgroup until the runtime moves it.
 	Pod bool
+	// Jailer is the emulator a pod's domains name (vm.Jail.Jailer): its
+	// capabilities are probed at open and shared through CapsCache, so only
+	// the node's first pod pays for the probe.
+	Jailer string
 }
 
 // Open opens libvirt's embedded QEMU driver on root, as every vmpod
 // process does (the shim for a pod, the cleanup after a dead shim, the
 // labeller and render for the node).
 func Open(ctx context.Context, root string, o Options) (*libvirt.Conn, error) {
-	return libvirt.OpenEmbedded(ctx, root, libvirt.EmbedOptions{CacheDir: o.CapsCache, NoCgroups: o.Pod})
+	opts := libvirt.EmbedOptions{CacheDir: o.CapsCache, NoCgroups: o.Pod}
+	if o.Jailer != "" {
+		opts.Emulators = []string{o.Jailer}
+	}
+	return libvirt.OpenEmbedded(ctx, root, opts)
 }
 
 // HostOf is what VMs run on through conn: libvirt's capabilities, less KVM

@@ -49,16 +49,17 @@ func (p *pod) layout() vm.Layout { return vm.Layout{Dir: p.dir} }
 // stays in the shim's cgroup (the pod's) until the VM moves it into its own.
 func (p *pod) env(ctx context.Context) (vm.Env, error) {
 	p.once.Do(func() {
+		if p.vmEnv.Jail, p.err = vm.LeaseJail(p.cfg.StateRoot, p.cfg.UIDs, p.layout(), p.cfg.DiskCap); p.err != nil {
+			return
+		}
 		o := p.cfg.nodeOptions()
+		o.Jailer = p.vmEnv.Jail.Jailer // probed with the node's cache, not at Define
 		if p.conn, p.err = node.Open(ctx, p.layout().Libvirt(), o); p.err != nil {
 			return
 		}
 		p.vmEnv.Runtime = vm.NewRuntime(p.conn)
-		// `start` probed already (Manager.Start), so this reads the cache.
-		if p.vmEnv.Host, p.err = node.HostOf(ctx, p.conn, o); p.err != nil {
-			return
-		}
-		p.vmEnv.Jail, p.err = vm.LeaseJail(p.cfg.StateRoot, p.cfg.UIDs, p.layout(), p.cfg.DiskCap)
+		// `start` probed KVM already (Manager.Start), so this reads the cache.
+		p.vmEnv.Host, p.err = node.HostOf(ctx, p.conn, o)
 	})
 	return p.vmEnv, p.err
 }

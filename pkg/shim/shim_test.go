@@ -34,6 +34,7 @@ import (
 type serial struct {
 	mu    sync.Mutex
 	lines []string
+	at    []time.Time // when each line was read
 }
 
 func readSerial(f *os.File, deadline time.Time) *serial {
@@ -45,6 +46,7 @@ func readSerial(f *os.File, deadline time.Time) *serial {
 			if line != "" {
 				s.mu.Lock()
 				s.lines = append(s.lines, strings.TrimRight(line, "\n"))
+				s.at = append(s.at, time.Now())
 				s.mu.Unlock()
 			}
 			if errors.Is(err, io.EOF) {
@@ -55,6 +57,19 @@ func readSerial(f *os.File, deadline time.Time) *serial {
 		}
 	}()
 	return s
+}
+
+// when is the time the first line holding marker was read, and the line;
+// "" marks the first line of all.
+func (s *serial) when(marker string) (time.Time, string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, l := range s.lines {
+		if strings.Contains(l, marker) {
+			return s.at[i], l, true
+		}
+	}
+	return time.Time{}, "", false
 }
 
 func (s *serial) waitFor(t testing.TB, marker string, timeout time.Duration) {
@@ -84,14 +99,19 @@ func (s *serial) has(marker string) bool {
 
 // podEnv is one pod run by the shim as containerd would run it.
 type podEnv struct {
-	env       shimEnv
-	fc        *fakeContainerd
-	p         testPod
-	nodeNS    string
-	podNS     string
-	podIP     string
-	stdout    *serial
-	startedAt time.Time
+	env     shimEnv
+	fc      *fakeContainerd
+	p       testPod
+	nodeNS  string
+	podNS   string
+	podIP   string
+	stdout  *serial
+	shimLog *serial
+	// shimExec is how long the shim's start command took for the pod's
+	// first task (it forks the pod's shim); createdAt and startedAt are
+	// when the VM task's Create and Start were sent.
+	shimExec             time.Duration
+	createdAt, startedAt time.Time
 }
 
 func newPodEnv(t testing.TB) *podEnv {
@@ -104,7 +124,10 @@ func newPodEnv(t testing.TB) *podEnv {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	e := &podEnv{}
 	e.fc = startFakeContainerd(t, dir)
-	e.env = shimEnv{bin: buildShim(t), state: filepath.Join(dir, "state"), containerd: e.fc.addr}
+	// One state root for all the pods of a test binary, as a node has
+	// one: the jailer's link, and so its capabilities cache entry, stay
+	// the same from pod to pod. The pods run one after the other.
+	e.env = shimEnv{bin: buildShim(t), state: filepath.Join(filepath.Dir(buildShim(t)), "state"), containerd: e.fc.addr}
 	e.nodeNS, e.podNS, e.podIP = network(t)
 	e.p = testPod{
 		sandboxID: "sbx0123", vmID: "vm4567",
@@ -114,12 +137,12 @@ func newPodEnv(t testing.TB) *podEnv {
 	writeBundle(t, e.p.sandboxBundle, sandboxSpec(e.p, e.podNS, nil))
 	// containerd reads the shim's log from a FIFO named log in the bundle
 	// the shim started in; show it when the test fails.
-	shimLog := readSerial(fifo(t, filepath.Join(e.p.sandboxBundle, "log")), time.Now().Add(5*time.Minute))
+	e.shimLog = readSerial(fifo(t, filepath.Join(e.p.sandboxBundle, "log")), time.Now().Add(5*time.Minute))
 	t.Cleanup(func() {
 		if t.Failed() {
-			shimLog.mu.Lock()
-			t.Logf("shim log:\n%s", strings.Join(shimLog.lines, "\n"))
-			shimLog.mu.Unlock()
+			e.shimLog.mu.Lock()
+			t.Logf("shim log:\n%s", strings.Join(e.shimLog.lines, "\n"))
+			e.shimLog.mu.Unlock()
 		}
 	})
 	writeBundle(t, e.p.vmBundle, vmSpec(e.p, e.podNS, "", nil))
@@ -131,7 +154,9 @@ func newPodEnv(t testing.TB) *podEnv {
 // VM: bootstrap, sandbox Create/Start, VM Create/Start.
 func (e *podEnv) runPod(t testing.TB, ctx context.Context) (taskAPI.TTRPCTaskService, uint32) {
 	t.Helper()
+	began := time.Now()
 	addr := e.env.start(t, e.p.sandboxID, e.p.sandboxBundle)
+	e.shimExec = time.Since(began)
 	c := dial(t, addr)
 	killShimOnCleanup(t, ctx, c.Connect, e.p.sandboxID)
 	if _, err := c.Create(ctx, &taskAPI.CreateTaskRequest{ID: e.p.sandboxID, Bundle: e.p.sandboxBundle}); err != nil {
@@ -147,6 +172,7 @@ func (e *podEnv) runPod(t testing.TB, ctx context.Context) (taskAPI.TTRPCTaskSer
 	stdout := filepath.Join(e.p.vmBundle, "stdout")
 	f := fifo(t, stdout)
 	e.stdout = readSerial(f, time.Now().Add(4*time.Minute))
+	e.createdAt = time.Now()
 	if _, err := c.Create(ctx, &taskAPI.CreateTaskRequest{ID: e.p.vmID, Bundle: e.p.vmBundle, Stdout: stdout}); err != nil {
 		t.Fatalf("create VM: %v", err)
 	}

@@ -146,6 +146,7 @@ func (v *vmTask) start(ctx context.Context) (uint32, error) {
 		return 0, err
 	}
 	v.console.attach(v.vm.ConsoleInput(), v.vm.ConsoleDone())
+	log.G(ctx).WithField("phases", v.vm.Phases().String()).Infof("VM %s started", v.vm.Spec().Name)
 	go v.wait()
 	return uint32(pid), nil
 }

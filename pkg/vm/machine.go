@@ -72,6 +72,8 @@ type Machine struct {
 	consoleLogBytes int64
 	console         *console
 
+	phases Phases // of Create and Start
+
 	exited chan struct{} // closed when the VM stops after a Start
 	mu     sync.Mutex
 	exit   Exit
@@ -83,6 +85,8 @@ type Machine struct {
 func (rt *Runtime) Create(ctx context.Context, cfg Config) (_ *Machine, retErr error) {
 	hv := rt.hv
 	l := cfg.Layout
+	var phases Phases
+	watch := newStopwatch(&phases)
 	if cfg.Jail.Jailer == "" || cfg.Jail.UID == 0 || cfg.Jail.GID == 0 {
 		return nil, fmt.Errorf("QEMU has no jail (jailer %q, uid %d, gid %d): %w", cfg.Jail.Jailer, cfg.Jail.UID, cfg.Jail.GID, errdefs.ErrInternal)
 	}
@@ -109,6 +113,7 @@ func (rt *Runtime) Create(ctx context.Context, cfg Config) (_ *Machine, retErr e
 				os.Remove(l.Overlay())
 			}
 		}()
+		watch.lap("overlay")
 	}
 	p := l.Paths(cfg.Spec, cfg.Image, cfg.Jail.Jailer)
 	p.NICs, p.Volumes = cfg.NICs, cfg.Volumes
@@ -129,6 +134,7 @@ func (rt *Runtime) Create(ctx context.Context, cfg Config) (_ *Machine, retErr e
 	if err := jail.Write(l.JailSpec(), js); err != nil {
 		return nil, fmt.Errorf("%v: %w", err, errdefs.ErrInternal)
 	}
+	watch.lap("jail")
 	xml, err := d.Marshal()
 	if err != nil {
 		return nil, fmt.Errorf("domain XML: %v: %w", err, errdefs.ErrInternal)
@@ -136,7 +142,8 @@ func (rt *Runtime) Create(ctx context.Context, cfg Config) (_ *Machine, retErr e
 	if err := hv.Define(ctx, xml); err != nil {
 		return nil, err
 	}
-	m := &Machine{rt: rt, hv: hv, name: cfg.Spec.Name, layout: l, limit: cfg.MemoryLimit, exited: make(chan struct{}),
+	watch.lap("define")
+	m := &Machine{rt: rt, hv: hv, name: cfg.Spec.Name, layout: l, limit: cfg.MemoryLimit, exited: make(chan struct{}), phases: phases,
 		consoleOut: cfg.ConsoleOut, consoleLogBytes: cfg.ConsoleLogBytes}
 	if cfg.Spec.Console {
 		m.consoleSocket = l.Console()
@@ -195,9 +202,11 @@ type Prepare func(ctx context.Context, pid int) error
 // serial console attached and whatever prepare does, then runs. If any of
 // that fails the VM is stopped again. prepare may be nil.
 func (m *Machine) Start(ctx context.Context, prepare Prepare) (retErr error) {
+	watch := newStopwatch(&m.phases)
 	if err := m.hv.Start(ctx, m.name, virt.StartOptions{Paused: true}); err != nil {
 		return err
 	}
+	watch.lap("qemu")
 	defer func() {
 		if retErr != nil {
 			retErr = errors.Join(retErr, m.hv.Destroy(context.WithoutCancel(ctx), m.name))
@@ -207,6 +216,7 @@ func (m *Machine) Start(ctx context.Context, prepare Prepare) (retErr error) {
 		if err := m.hv.SetMemoryHardLimit(ctx, m.name, m.limit); err != nil {
 			return err
 		}
+		watch.lap("limit")
 	}
 	if m.consoleSocket != "" {
 		c, err := attachConsole(m.consoleSocket, m.layout.ConsoleLog(), m.consoleLogBytes, m.consoleOut)
@@ -216,6 +226,7 @@ func (m *Machine) Start(ctx context.Context, prepare Prepare) (retErr error) {
 		m.mu.Lock()
 		m.console = c
 		m.mu.Unlock()
+		watch.lap("console")
 	}
 	if prepare != nil {
 		pid, err := m.PID(ctx)
@@ -225,9 +236,17 @@ func (m *Machine) Start(ctx context.Context, prepare Prepare) (retErr error) {
 		if err := prepare(ctx, pid); err != nil {
 			return err
 		}
+		watch.lap("prepare")
 	}
-	return m.hv.Resume(ctx, m.name)
+	if err := m.hv.Resume(ctx, m.name); err != nil {
+		return err
+	}
+	watch.lap("resume")
+	return nil
 }
+
+// Phases are how long the steps of Create and Start took.
+func (m *Machine) Phases() Phases { return m.phases }
 
 // ConsoleInput is where to write to the guest's serial console; nil
 // before Start or without a console.
@@ -292,7 +311,10 @@ func (m *Machine) Wait(ctx context.Context) (Exit, error) {
 // had in the state dir but the libvirt root, which goes with the connection.
 func (m *Machine) Delete(ctx context.Context) error {
 	defer m.rt.remove(m)
-	errs := []error{m.hv.Destroy(ctx, m.name)}
+	var errs []error
+	if err := m.hv.Destroy(ctx, m.name); err != nil && !errdefs.IsNotFound(err) {
+		errs = append(errs, err)
+	}
 	m.mu.Lock()
 	if m.console != nil {
 		m.console.close()

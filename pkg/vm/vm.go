@@ -85,6 +85,7 @@ type VM struct {
 	cgroup  *podcgroup.Cgroup
 	held    Held
 	record  func(Held) error
+	phases  Phases // of Create, before the Machine's
 }
 
 // Create makes the VM up to a defined, not yet started domain: image
@@ -97,6 +98,7 @@ type VM struct {
 func Create(ctx context.Context, req Request, open Opener) (_ *VM, retErr error) {
 	req.Network = req.Network.withDefaults()
 	v := &VM{spec: req.Spec, layout: req.Layout, cgPath: req.Cgroup, cpu: req.CPU, record: req.Record}
+	watch := newStopwatch(&v.phases)
 	v.held.Netns = req.Network.Netns
 	defer func() {
 		if retErr != nil {
@@ -119,6 +121,7 @@ func Create(ctx context.Context, req Request, open Opener) (_ *VM, retErr error)
 	if err != nil {
 		return nil, fmt.Errorf("image %s: %w", req.Spec.Image, err)
 	}
+	watch.lap("intake")
 
 	env, err := open(ctx)
 	if err != nil {
@@ -132,6 +135,7 @@ func Create(ctx context.Context, req Request, open Opener) (_ *VM, retErr error)
 	if err := req.Layout.PrepareVMDir(); err != nil {
 		return nil, fmt.Errorf("VM dir: %v: %w", err, errdefs.ErrInternal)
 	}
+	watch.lap("open")
 
 	if len(req.Spec.NICs) > 0 {
 		if err := v.acquire(func(h *Held) { h.Tap, h.PodIf = req.Network.Tap, req.Network.Interface }); err != nil {
@@ -143,6 +147,9 @@ func Create(ctx context.Context, req Request, open Opener) (_ *VM, retErr error)
 		return nil, err
 	}
 	v.net = attachment
+	if attachment != nil {
+		watch.lap("network")
+	}
 
 	vols, made, err := MakeDevices(req.Layout, req.Spec, req.BlockDevices)
 	v.held.Devices = made
@@ -152,8 +159,14 @@ func Create(ctx context.Context, req Request, open Opener) (_ *VM, retErr error)
 	if err != nil {
 		return nil, err
 	}
+	if len(made) > 0 {
+		watch.lap("devices")
+	}
 	if err := WriteSeed(req.Layout, req.Spec, req.CloudInitDir, req.InstanceID, req.Network.Hostname); err != nil {
 		return nil, err
+	}
+	if req.Spec.CloudInit != nil {
+		watch.lap("seed")
 	}
 
 	if err := v.acquire(func(h *Held) { h.Domain = req.Spec.Name }); err != nil {
@@ -187,6 +200,15 @@ func (v *VM) save() error {
 
 // Held is what the VM holds on the node now.
 func (v *VM) Held() Held { return v.held }
+
+// Phases are how long each step of Create and Start took (Phases).
+func (v *VM) Phases() Phases {
+	p := append(Phases(nil), v.phases...)
+	if v.machine != nil {
+		p = append(p, v.machine.Phases()...)
+	}
+	return p
+}
 
 // Spec is the VM's spec.
 func (v *VM) Spec() vmspec.Spec { return v.spec }

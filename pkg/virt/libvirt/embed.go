@@ -6,9 +6,12 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"sync"
 
 	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
 	lv "libvirt.org/go/libvirt"
 )
 
@@ -25,6 +28,11 @@ type EmbedOptions struct {
 	// the pod's cgroup and its limits. SetMemoryHardLimit then fails;
 	// the caller manages QEMU's cgroup itself.
 	NoCgroups bool
+	// Emulators are emulator binaries off the PATH that domains will name
+	// (vmpod's jailer): their capabilities are probed at open too, and so
+	// shared through CacheDir. Without it each new root probes them again
+	// at the first Define, for seconds.
+	Emulators []string
 }
 
 // qemuConf is <root>/etc/qemu.conf. The embedded driver reads it from the
@@ -126,28 +134,45 @@ func OpenEmbedded(ctx context.Context, root string, opts EmbedOptions) (_ *Conn,
 	}
 
 	uri := "qemu:///embed?root=" + url.QueryEscape(root)
-	c, err := open(ctx, uri, root)
-	if err != nil {
+	var c *Conn
+	err = onOneCPU(func() error {
+		var err error
+		if c, err = open(ctx, uri, root); err != nil {
+			return err
+		}
+		// libvirt's driver is now bound to root for the life of the
+		// process, whatever fails below.
+		embedded.root = root
+		// Host capabilities make libvirt probe (or validate the cache of)
+		// every emulator it finds; doing it now makes the cost visible at
+		// open and gives the copy-back below something to copy.
+		if _, err := c.conn.GetCapabilities(); err != nil {
+			return classify(err, "probe QEMU capabilities")
+		}
+		for _, e := range opts.Emulators {
+			// The domain capabilities of an emulator need its
+			// capabilities: libvirt probes it, or validates its cache entry.
+			if _, err := c.conn.GetDomainCapabilities(e, "", "", "qemu", 0); err != nil {
+				return classify(err, "probe the capabilities of emulator "+e)
+			}
+		}
+		return nil
+	})
+	if c == nil {
 		return nil, err
 	}
-	// libvirt's driver is now bound to root for the life of the process,
-	// whatever fails below.
-	embedded.root = root
 	defer func() {
 		if retErr != nil {
 			_ = c.Close()
 		}
 	}()
+	if err != nil {
+		return nil, err
+	}
 	c.shutdownFlags = lv.DOMAIN_SHUTDOWN_ACPI_POWER_BTN
 	c.undefineFlags = lv.DOMAIN_UNDEFINE_NVRAM | lv.DOMAIN_UNDEFINE_MANAGED_SAVE |
 		lv.DOMAIN_UNDEFINE_SNAPSHOTS_METADATA | lv.DOMAIN_UNDEFINE_CHECKPOINTS_METADATA
 
-	// Host capabilities make libvirt probe (or validate the cache of) every
-	// emulator it finds; doing it now makes the cost visible at open and
-	// gives the copy-back below something to copy.
-	if _, err := c.conn.GetCapabilities(); err != nil {
-		return nil, classify(err, "probe QEMU capabilities")
-	}
 	c.awaitReconnect()
 	if opts.CacheDir != "" {
 		if err := copyCaps(capsDir, opts.CacheDir, true); err != nil {
@@ -173,4 +198,45 @@ func (c *Conn) awaitReconnect() {
 		_, _ = doms[i].MemoryStats(uint32(lv.DOMAIN_MEMORY_STAT_NR), 0)
 		_ = doms[i].Free()
 	}
+}
+
+// onOneCPU runs f with this thread pinned to the lowest CPU the process
+// may use. libvirt checks its capabilities cache against the cpuid of the
+// CPU the check runs on; where CPUs answer cpuid differently (some nested
+// hypervisors do), the cache is thrown away, and every QEMU binary probed
+// again for seconds, whenever the check lands on another CPU than the one
+// that wrote it. Pinned, it always runs on the same one. Threads made
+// meanwhile (libvirt's, Go's) inherit the pin, so afterwards every thread
+// of the process still pinned to that one CPU gets the CPU set back.
+func onOneCPU(f func() error) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var all unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &all); err != nil || all.Count() < 2 {
+		return f()
+	}
+	var one unix.CPUSet
+	for cpu := 0; ; cpu++ {
+		if all.IsSet(cpu) {
+			one.Set(cpu)
+			break
+		}
+	}
+	if err := unix.SchedSetaffinity(0, &one); err != nil {
+		return f()
+	}
+	defer func() {
+		tids, _ := os.ReadDir("/proc/self/task")
+		for _, t := range tids {
+			tid, err := strconv.Atoi(t.Name())
+			if err != nil {
+				continue
+			}
+			var set unix.CPUSet
+			if unix.SchedGetaffinity(tid, &set) == nil && set == one {
+				_ = unix.SchedSetaffinity(tid, &all)
+			}
+		}
+	}()
+	return f()
 }

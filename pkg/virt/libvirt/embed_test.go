@@ -2,6 +2,8 @@ package libvirt
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/vmpod/vmpod/pkg/virt"
@@ -36,10 +39,22 @@ func TestEmbedded(t *testing.T) {
 		reapRoot(t, rootB)
 	})
 	requireQEMUUser(t)
+	// An emulator off the PATH, as vmpod's jailer is: its capabilities
+	// must reach the cache at open, not be probed at each root's Define.
+	qemu, _ := exec.LookPath("qemu-system-x86_64")
+	emulator := filepath.Join(base, "bin", "emulator")
+	must(t, os.MkdirAll(filepath.Dir(emulator), 0o755))
+	must(t, os.Symlink(qemu, emulator))
+	t.Setenv("VMPOD_VIRT_EMULATOR", emulator)
 
 	runHelper(t, "lifecycle", rootA, cache, base)
 	if files, _ := filepath.Glob(filepath.Join(cache, "*.xml")); len(files) == 0 {
 		t.Errorf("capabilities cache %s still empty after the first open", cache)
+	}
+	// libvirt names a cache entry after the SHA-256 of the emulator's path.
+	sum := sha256.Sum256([]byte(emulator))
+	if _, err := os.Stat(filepath.Join(cache, hex.EncodeToString(sum[:])+".xml")); err != nil {
+		t.Errorf("no capabilities of %s in the cache after the first open: %v", emulator, err)
 	}
 
 	runHelper(t, "reattach-start", rootB, cache, base)
@@ -88,11 +103,16 @@ func TestEmbeddedHelper(t *testing.T) {
 	}
 	root, out := os.Getenv("VMPOD_VIRT_ROOT"), os.Getenv("VMPOD_VIRT_OUT")
 	start := time.Now()
-	c, err := OpenEmbedded(context.Background(), root, EmbedOptions{CacheDir: os.Getenv("VMPOD_VIRT_CACHE")})
+	opts := EmbedOptions{CacheDir: os.Getenv("VMPOD_VIRT_CACHE")}
+	if e := os.Getenv("VMPOD_VIRT_EMULATOR"); e != "" {
+		opts.Emulators = []string{e}
+	}
+	c, err := OpenEmbedded(context.Background(), root, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	writeInt(t, filepath.Join(out, scenario+".open"), int(time.Since(start)))
+	assertNoThreadPinned(t)
 	t.Logf("OpenEmbedded(%s) took %v", root, time.Since(start))
 	switch scenario {
 	case "lifecycle":
@@ -351,4 +371,25 @@ func readInt(t *testing.T, path string) int {
 	v, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	must(t, err)
 	return v
+}
+
+// assertNoThreadPinned: OpenEmbedded pins itself to one CPU while libvirt
+// checks its capabilities cache (onOneCPU); afterwards no thread of the
+// process may be left on one CPU when the process may use more.
+func assertNoThreadPinned(t *testing.T) {
+	t.Helper()
+	var all unix.CPUSet
+	must(t, unix.SchedGetaffinity(0, &all))
+	if all.Count() < 2 {
+		return
+	}
+	tids, err := os.ReadDir("/proc/self/task")
+	must(t, err)
+	for _, e := range tids {
+		tid, _ := strconv.Atoi(e.Name())
+		var set unix.CPUSet
+		if unix.SchedGetaffinity(tid, &set) == nil && set.Count() == 1 {
+			t.Errorf("thread %d is left pinned to one CPU after OpenEmbedded", tid)
+		}
+	}
 }
