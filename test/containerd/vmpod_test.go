@@ -34,7 +34,7 @@ func shimDir(t *testing.T) string {
 }
 
 // waitLogs polls `crictl logs` until marker shows up.
-func waitLogs(t *testing.T, c *containerd.Containerd, id, marker string, timeout time.Duration) string {
+func waitLogs(t testing.TB, c *containerd.Containerd, id, marker string, timeout time.Duration) string {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	var out string
@@ -66,7 +66,7 @@ func httpGet(t *testing.T, c *containerd.Containerd, ip string) string {
 	return ""
 }
 
-func qemuPID(t *testing.T, c *containerd.Containerd, id string) int {
+func qemuPID(t testing.TB, c *containerd.Containerd, id string) int {
 	t.Helper()
 	out := c.MustCrictl(t, "inspect", "-o", "go-template", "--template", "{{.info.pid}}", id)
 	pid, err := strconv.Atoi(strings.TrimSpace(out))

@@ -1,0 +1,239 @@
+package containerd_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vmpod/vmpod/internal/procmem"
+	"github.com/vmpod/vmpod/internal/testenv/containerd"
+	"github.com/vmpod/vmpod/internal/testguest"
+)
+
+// Knobs of BenchmarkShimFootprint, for comparing shim variants by hand;
+// make bench runs it with none set.
+const (
+	// footprintPodsEnv: how many VM pods (default 10).
+	footprintPodsEnv = "VMPOD_FOOTPRINT_PODS"
+	// footprintShimEnv: the package whose binary containerd runs as
+	// containerd-shim-vmpod-v2 (default ./cmd/containerd-shim-vmpod-v2,
+	// relative to the repo root; ./cmd/vm-runtime is the whole node
+	// binary reached through the same name).
+	footprintShimEnv = "VMPOD_FOOTPRINT_SHIM"
+	// footprintShimEnvEnv: space-separated NAME=VALUE added to
+	// containerd's environment, which its shims inherit (e.g.
+	// "MALLOC_ARENA_MAX=2 GOGC=50").
+	footprintShimEnvEnv = "VMPOD_FOOTPRINT_ENV"
+	// footprintDumpEnv: a directory to copy each shim's smaps,
+	// smaps_rollup and status into while the VMs run.
+	footprintDumpEnv = "VMPOD_FOOTPRINT_DUMP"
+	// footprintGuestEnv: guest RAM in MiB (default 128: the test guest's uncompressed kernel alone is 65 MB, so 64 MiB guests never boot).
+	footprintGuestEnv = "VMPOD_FOOTPRINT_GUEST_MIB"
+	// footprintHoldEnv: keep the pods running this long after measuring,
+	// to look at them by hand (e.g. "10m").
+	footprintHoldEnv = "VMPOD_FOOTPRINT_HOLD"
+)
+
+func footprintGuestMiB() int {
+	if n, err := strconv.Atoi(os.Getenv(footprintGuestEnv)); err == nil && n > 0 {
+		return n
+	}
+	return 128
+}
+
+// BenchmarkShimFootprint runs 10 VM pods (128 MiB test guests) through a
+// real containerd and crictl, waits until every guest is ready, and
+// reports what the shims weigh per pod: the sum of their PSS over the
+// pods, as the node pays it, plus RSS and private anonymous memory, split
+// by kind of mapping (internal/procmem), and QEMU's PSS for reference.
+// One run is one measurement (make bench: -benchtime 1x); a few minutes on
+// 2 cores.
+func BenchmarkShimFootprint(b *testing.B) {
+	n := 10
+	if s := os.Getenv(footprintPodsEnv); s != "" {
+		var err error
+		if n, err = strconv.Atoi(s); err != nil || n < 1 {
+			b.Fatalf("%s=%q: want a positive number", footprintPodsEnv, s)
+		}
+	}
+	pkg := os.Getenv(footprintShimEnv)
+	if pkg == "" {
+		pkg = "./cmd/vm-runtime"
+	}
+	var env []string
+	if s := os.Getenv(footprintShimEnvEnv); s != "" {
+		env = strings.Fields(s)
+	}
+	for b.Loop() {
+		shims, qemus, ready := runFootprint(b, n, pkg, env)
+		var shim, qemu procmem.Process
+		for _, p := range shims {
+			shim.Add(p)
+		}
+		for _, p := range qemus {
+			qemu.Add(p)
+		}
+		printFootprint(n, pkg, env, shim, qemu, ready)
+		b.ReportMetric(float64(shim.Total.PSS)/1024/float64(n), "MiB-shim-PSS/pod")
+		b.ReportMetric(float64(shim.Total.RSS)/1024/float64(n), "MiB-shim-RSS/pod")
+		b.ReportMetric(float64(shim.Total.PrivateAnon)/1024/float64(n), "MiB-shim-anon/pod")
+		b.ReportMetric(float64(qemu.Total.PSS)/1024/float64(n), "MiB-QEMU-PSS/pod")
+	}
+}
+
+// runFootprint starts n pods and samples their shims and QEMUs three
+// times, 3 s apart, once every guest is ready; it returns the last sample
+// and how long the pods took to be ready.
+func runFootprint(b *testing.B, n int, pkg string, env []string) (shims, qemus []procmem.Process, ready time.Duration) {
+	state, err := os.MkdirTemp("/tmp", "vmpod-st-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { os.RemoveAll(state) })
+	shimDir := footprintShimDir(b, pkg)
+	c := containerd.Start(b, containerd.Options{
+		ShimDir: shimDir,
+		Env: append([]string{"VMPOD_STATE_ROOT=" + state, "VMPOD_CAPS_CACHE=" + filepath.Join(state, "caps")},
+			env...),
+	})
+	c.ImportImage(b, testguest.Archive(b))
+
+	start := time.Now()
+	type vmPod struct{ pod, ctr string }
+	pods := make([]vmPod, n)
+	for i := range pods {
+		cfg := c.NewPodConfig(fmt.Sprintf("fp%d", i), "default", fmt.Sprintf("f00d-%04d", i), nil)
+		pods[i].pod = c.RunPod(b, cfg, "vmpod")
+		ctr := containerd.NewContainerConfig("vm", testguest.Image)
+		ctr.Linux.Resources = containerd.Resources(1000, int64(footprintGuestMiB())<<20)
+		pods[i].ctr = c.CreateContainer(b, pods[i].pod, ctr, cfg)
+		c.MustCrictl(b, "start", pods[i].ctr)
+	}
+	b.Cleanup(func() {
+		// Hard stops, so the cleanup does not wait for 10 ACPI shutdowns.
+		var wg sync.WaitGroup
+		for _, p := range pods {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, _ = c.Crictl(b, "stop", "--timeout", "0", p.ctr)
+				_, _ = c.Crictl(b, "stopp", p.pod)
+				_, _ = c.Crictl(b, "rmp", "--force", p.pod)
+			}()
+		}
+		wg.Wait()
+	})
+	for _, p := range pods {
+		waitLogs(b, c, p.ctr, "VMPOD-GUEST: ready", 4*time.Minute)
+	}
+	ready = time.Since(start)
+
+	shimPIDs := make([]int, n)
+	qemuPIDs := make([]int, n)
+	for i, p := range pods {
+		shimPIDs[i] = c.InspectPod(b, p.pod).PID
+		qemuPIDs[i] = qemuPID(b, c, p.ctr)
+	}
+	if slices.Contains(shimPIDs, 0) {
+		b.Fatalf("shim pids %v: containerd reported none for a pod", shimPIDs)
+	}
+	// Settle (libvirt's agent handshake, containerd's first stats), then
+	// sample: the last of three shows the steady state.
+	time.Sleep(5 * time.Second)
+	for round := 0; round < 3; round++ {
+		if round > 0 {
+			time.Sleep(3 * time.Second)
+		}
+		shims, qemus = readAll(b, shimPIDs), readAll(b, qemuPIDs)
+	}
+	if dir := os.Getenv(footprintDumpEnv); dir != "" {
+		dumpProcs(b, dir, shimPIDs)
+	}
+	if s := os.Getenv(footprintHoldEnv); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			b.Fatalf("%s=%q: %v", footprintHoldEnv, s, err)
+		}
+		fmt.Printf("holding %d pods for %v: shims %v, QEMUs %v\n", n, d, shimPIDs, qemuPIDs)
+		time.Sleep(d)
+	}
+	return shims, qemus, ready
+}
+
+// footprintShimDir builds pkg (a path below the repo root) and puts it on
+// containerd's PATH as containerd-shim-vmpod-v2.
+func footprintShimDir(b *testing.B, pkg string) string {
+	dir := b.TempDir()
+	bin := filepath.Join(dir, filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
+	cmd.Dir = "../.."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("build %s: %v\n%s", pkg, err, out)
+	}
+	if filepath.Base(bin) != "containerd-shim-vmpod-v2" {
+		if err := os.Symlink(bin, filepath.Join(dir, "containerd-shim-vmpod-v2")); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func readAll(b *testing.B, pids []int) []procmem.Process {
+	ps := make([]procmem.Process, len(pids))
+	for i, pid := range pids {
+		p, err := procmem.Read(pid)
+		if err != nil {
+			b.Fatalf("memory of %d: %v", pid, err)
+		}
+		ps[i] = p
+	}
+	return ps
+}
+
+func dumpProcs(b *testing.B, dir string, pids []int) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	for _, pid := range pids {
+		for _, f := range []string{"smaps", "smaps_rollup", "status", "maps"} {
+			data, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, f))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("shim-%d.%s", pid, f)), data, 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	fmt.Printf("shim smaps of %v in %s\n", pids, dir)
+}
+
+// printFootprint prints the per-pod table: the whole shim, then by kind of
+// mapping, then QEMU.
+func printFootprint(n int, pkg string, env []string, shim, qemu procmem.Process, ready time.Duration) {
+	per := func(kib int) string { return procmem.MiB(kib / n) }
+	var w strings.Builder
+	fmt.Fprintf(&w, "\nshim footprint: %d VM pods (%d MiB guests, TCG), shim %s", n, footprintGuestMiB(), pkg)
+	if len(env) > 0 {
+		fmt.Fprintf(&w, " with %s", strings.Join(env, " "))
+	}
+	fmt.Fprintf(&w, "; all guests ready after %v\n", ready.Round(100*time.Millisecond))
+	fmt.Fprintf(&w, "%-34s %8s %8s %8s\n", "MiB per pod", "PSS", "RSS", "anon")
+	row := func(name string, u procmem.Usage) {
+		fmt.Fprintf(&w, "%-34s %8s %8s %8s\n", name, per(u.PSS), per(u.RSS), per(u.PrivateAnon))
+	}
+	row(fmt.Sprintf("shim PSS per pod (%d pods)", n), shim.Total)
+	for _, k := range procmem.Kinds {
+		row("  "+string(k), shim.ByKind[k])
+	}
+	fmt.Fprintf(&w, "%-34s %8d\n", "  threads", shim.Threads/n)
+	row("QEMU (reference)", qemu.Total)
+	fmt.Print(w.String())
+}
