@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/vmpod/vmpod/internal/memdebug"
 	"github.com/vmpod/vmpod/pkg/jail"
 	"github.com/vmpod/vmpod/pkg/shim"
 )
@@ -47,6 +48,7 @@ func run(argv0 string, args []string) int {
 		if len(args) > 0 && args[0] == "shim" {
 			args = args[1:]
 		}
+		memdebug.Start()
 		shim.Run(argv0, args)
 		return 0
 	}
@@ -56,6 +58,7 @@ func run(argv0 string, args []string) int {
 	}
 	switch args[0] {
 	case "shim":
+		memdebug.Start()
 		shim.Run(argv0, args[1:])
 		return 0
 	case "render":

@@ -86,11 +86,12 @@ func TestConvertIsPure(t *testing.T) {
 	}
 }
 
-// TestOneCgoPackage: no vmpod package has cgo files of its own, and only
-// pkg/virt/libvirt imports libvirt's cgo binding.
+// TestOneCgoPackage: only pkg/virt/libvirt has cgo files of its own (its
+// malloc.go: glibc's malloc knobs for the memory libvirt's threads leave
+// in malloc arenas), and only it imports libvirt's cgo binding.
 func TestOneCgoPackage(t *testing.T) {
 	for path, p := range listPackages(t) {
-		if len(p.CgoFiles) > 0 {
+		if len(p.CgoFiles) > 0 && (path != module+"/pkg/virt/libvirt" || !slices.Equal(p.CgoFiles, []string{"malloc.go"})) {
 			t.Errorf("%s has cgo files %v; cgo stays in libvirt's binding, behind pkg/virt/libvirt", path, p.CgoFiles)
 		}
 		if slices.Contains(p.Imports, "libvirt.org/go/libvirt") && path != module+"/pkg/virt/libvirt" {

@@ -1,6 +1,8 @@
 // Package libvirt implements virt.Hypervisor on libvirt: the embedded QEMU
 // driver (OpenEmbedded) for real VMs and the built-in test driver
-// (OpenTest) for unit tests. It is the only package in vmpod that uses cgo.
+// (OpenTest) for unit tests. It is the only package in vmpod that uses cgo:
+// libvirt's binding, and glibc's malloc knobs (malloc.go) for the memory
+// libvirt's threads leave in malloc arenas.
 //
 // Imports: pkg/virt, libvirt.org/go/libvirt, libvirt.org/go/libvirtxml,
 // github.com/containerd/errdefs and the standard library. Nothing else in
