@@ -65,7 +65,7 @@ func BenchmarkShimFootprint(b *testing.B) {
 	}
 	pkg := os.Getenv(footprintShimEnv)
 	if pkg == "" {
-		pkg = "./cmd/vm-runtime"
+		pkg = "./cmd/containerd-shim-vmpod-v2"
 	}
 	var env []string
 	if s := os.Getenv(footprintShimEnvEnv); s != "" {
@@ -144,9 +144,10 @@ func runFootprint(b *testing.B, n int, pkg string, env []string) (shims, qemus [
 	if slices.Contains(shimPIDs, 0) {
 		b.Fatalf("shim pids %v: containerd reported none for a pod", shimPIDs)
 	}
-	// Settle (libvirt's agent handshake, containerd's first stats), then
-	// sample: the last of three shows the steady state.
-	time.Sleep(5 * time.Second)
+	// Settle (libvirt's agent handshake, containerd's first stats, a
+	// malloc trim of the shim: every 10 s), then sample: the last of three
+	// shows the steady state.
+	time.Sleep(12 * time.Second)
 	for round := 0; round < 3; round++ {
 		if round > 0 {
 			time.Sleep(3 * time.Second)
