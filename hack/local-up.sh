@@ -89,7 +89,7 @@ k8s_ldflags="-X k8s.io/component-base/version.gitVersion=v1.37.2 -X k8s.io/compo
 go_build "kube-apiserver, kubelet, kubectl (cold: 15-30 min on 2 cores)" "$k8s_ldflags" "$BIN/" \
 	k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl
 go_build etcd "" "$BIN/etcd" go.etcd.io/etcd/server/v3
-go_build "scheduler-plugin and vm-runtime" "$k8s_ldflags" "$BIN/" ./cmd/scheduler-plugin ./cmd/vm-runtime
+go_build "scheduler-plugin, vm-runtime and the shim" "$k8s_ldflags" "$BIN/" ./cmd/scheduler-plugin ./cmd/vm-runtime ./cmd/containerd-shim-vmpod-v2
 go_build "the apiserver forwarder" "" "$BIN/vmpod-local-forward" ./hack/local/forward
 log "pause image (hack/pause/build.sh)"
 pause_archive=$(hack/pause/build.sh)
@@ -237,7 +237,7 @@ start scheduler "$BIN/scheduler-plugin" --config "$STATE/scheduler-config.yaml" 
 # --- 5. The node: containerd, kubelet, labeller ---------------------------
 log "starting containerd 2.4.2 (runtime handler vmpod, snapshotter $snapshotter)"
 cp "$BIN/vm-runtime" "$STATE/bin/vm-runtime"
-ln -s vm-runtime "$STATE/bin/containerd-shim-vmpod-v2"
+cp --remove-destination "$BIN/containerd-shim-vmpod-v2" "$STATE/bin/containerd-shim-vmpod-v2"
 sed -e "s|@STATE@|$STATE|g" -e "s|@RUN@|$RUN|g" -e "s|@PAUSE_IMAGE@|$PAUSE_IMAGE|g" -e "s|@SNAPSHOTTER@|$snapshotter|g" \
 	-e "s|@RUNC@|$(command -v runc)|g" hack/local/containerd.toml >"$STATE/containerd.toml"
 sed -e "s|@STATE@|$STATE|g" -e "s|@POD_CIDR@|$POD_CIDR|g" hack/local/cni.conflist >"$STATE/cni/net.d/10-vmpod-local.conflist"

@@ -3,7 +3,7 @@
 #   localhost/vmpod/vm-runtime:dev        labeller (and installer) image
 #   localhost/vmpod/scheduler-plugin:dev  the VMPlacement scheduler
 #   _output/kind/bin/vm-runtime           taken from the first image, with
-#   _output/kind/bin/containerd-shim-vmpod-v2 -> vm-runtime
+#   _output/kind/bin/containerd-shim-vmpod-v2 the shim alone, from the same image
 # Needs docker (with BuildKit). Run from anywhere; paths are the repo's.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -20,5 +20,6 @@ mkdir -p _output/kind/bin _output/kind/cache
 id=$(docker create localhost/vmpod/vm-runtime:dev)
 trap 'docker rm "$id" >/dev/null' EXIT
 docker cp "$id:/usr/local/bin/vm-runtime" _output/kind/bin/vm-runtime
-ln -sfn vm-runtime _output/kind/bin/containerd-shim-vmpod-v2
+rm -f _output/kind/bin/containerd-shim-vmpod-v2
+docker cp "$id:/usr/local/bin/containerd-shim-vmpod-v2" _output/kind/bin/containerd-shim-vmpod-v2
 log "shim in _output/kind/bin"

@@ -1,4 +1,5 @@
-# The node image of vmpod: vm-runtime (the shim, the labeller) with the
+# The node image of vmpod: vm-runtime (the labeller, the installer's
+# payload) and containerd-shim-vmpod-v2 (the shim alone) with the
 # libvirt QEMU driver and QEMU it runs, on the Debian release kind's node
 # image is built on, so the binary the kind node mounts (extracted by
 # hack/kind/build.sh) finds the same libraries there. Build from the
@@ -12,7 +13,8 @@ RUN apt-get update && apt-get install -y --no-install-recommends gcc libvirt-dev
 WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/root/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    go build -trimpath -o /out/vm-runtime ./cmd/vm-runtime
+    go build -trimpath -o /out/vm-runtime ./cmd/vm-runtime \
+    && go build -trimpath -o /out/containerd-shim-vmpod-v2 ./cmd/containerd-shim-vmpod-v2
 
 FROM debian:${DEBIAN}-slim
 # util-linux: nsenter for the installer. libvirt's QEMU driver looks up the
@@ -24,5 +26,5 @@ RUN apt-get update && apt-get install -y --no-install-recommends \
     && (getent group libvirt-qemu || groupadd --system libvirt-qemu) \
     && (getent passwd libvirt-qemu || useradd --system --no-create-home --home-dir /var/lib/libvirt \
         --shell /usr/sbin/nologin --gid libvirt-qemu libvirt-qemu)
-COPY --from=build /out/vm-runtime /usr/local/bin/vm-runtime
+COPY --from=build /out/vm-runtime /out/containerd-shim-vmpod-v2 /usr/local/bin/
 ENTRYPOINT ["vm-runtime"]

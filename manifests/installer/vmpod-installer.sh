@@ -13,6 +13,10 @@
 # Environment (defaults in brackets):
 #   HOST_ROOT                 the host's / [/host]
 #   VMPOD_BIN                 the vm-runtime binary to install [/usr/local/bin/vm-runtime]
+#   VMPOD_SHIM_BIN            the shim binary containerd runs, installed as
+#                             containerd-shim-vmpod-v2 when it exists (else that
+#                             name links to vm-runtime)
+#                             [/usr/local/bin/containerd-shim-vmpod-v2]
 #   VMPOD_DIR                 where it goes on the host [/opt/vmpod]
 #   CONTAINER_RUNTIME         containerd or crio [containerd]
 #   CONTAINERD_CONFIG         containerd's config on the host [/etc/containerd/config.toml]
@@ -44,6 +48,7 @@ set -eu
 
 HOST_ROOT=${HOST_ROOT:-/host}
 VMPOD_BIN=${VMPOD_BIN:-/usr/local/bin/vm-runtime}
+VMPOD_SHIM_BIN=${VMPOD_SHIM_BIN:-/usr/local/bin/containerd-shim-vmpod-v2}
 VMPOD_DIR=${VMPOD_DIR:-/opt/vmpod}
 CONTAINER_RUNTIME=${CONTAINER_RUNTIME:-containerd}
 CONTAINERD_CONFIG=${CONTAINERD_CONFIG:-/etc/containerd/config.toml}
@@ -164,7 +169,15 @@ install_shim() {
 	cp "$VMPOD_BIN" "$bindir/.vm-runtime.tmp"
 	chmod 0755 "$bindir/.vm-runtime.tmp"
 	mv "$bindir/.vm-runtime.tmp" "$bindir/vm-runtime"
-	ln -sfn vm-runtime "$bindir/$SHIM"
+	if [ -f "$VMPOD_SHIM_BIN" ]; then
+		# The shim alone (cmd/containerd-shim-vmpod-v2): one process per
+		# VM pod, about half vm-runtime's memory (docs/shim-memory.md).
+		cp "$VMPOD_SHIM_BIN" "$bindir/.$SHIM.tmp"
+		chmod 0755 "$bindir/.$SHIM.tmp"
+		mv -T "$bindir/.$SHIM.tmp" "$bindir/$SHIM"
+	else
+		ln -sfn vm-runtime "$bindir/$SHIM"
+	fi
 	log "installed $VMPOD_DIR/bin/vm-runtime and $SHIM"
 }
 
@@ -291,7 +304,7 @@ do_uninstall() {
 	if [ "$CONTAINER_RUNTIME" = crio ]; then unconfigure_crio; else unconfigure; fi
 	if [ "$changed" = true ]; then restart_containerd; fi
 	bindir=$(host "$VMPOD_DIR/bin")
-	rm -f "$bindir/$SHIM" "$bindir/vm-runtime" "$bindir/.vm-runtime.tmp"
+	rm -f "$bindir/$SHIM" "$bindir/vm-runtime" "$bindir/.vm-runtime.tmp" "$bindir/.$SHIM.tmp"
 	rmdir "$bindir" "$(host "$VMPOD_DIR")" 2>/dev/null || true
 	log "uninstalled"
 }
