@@ -64,8 +64,11 @@ func (p *pod) env(ctx context.Context) (vm.Env, error) {
 	return p.vmEnv, p.err
 }
 
-// close closes libvirt; running QEMUs keep running.
+// close closes libvirt; running QEMUs keep running. An open still under
+// way (createSandbox starts one) finishes first; one not started yet
+// never will.
 func (p *pod) close() {
+	p.once.Do(func() { p.err = fmt.Errorf("pod %s is being removed: %w", p.id, errdefs.ErrFailedPrecondition) })
 	if p.conn != nil {
 		if err := p.conn.Close(); err != nil {
 			log.L.WithError(err).Warn("close libvirt")

@@ -11,6 +11,7 @@ import (
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
 	"github.com/containerd/containerd/v2/pkg/protobuf"
 	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -178,6 +179,14 @@ func (s *service) createSandbox(ctx context.Context, t *task, oci *specs.Spec) e
 	if err := ckpt.save(); err != nil {
 		return fmt.Errorf("checkpoint: %v: %w", err, errdefs.ErrInternal)
 	}
+	// libvirt opens while the kubelet pulls and checks the image, not after
+	// CreateContainer: the VM task's Create finds it open (or waits for it).
+	// Charged to the pod, as the shim has entered its cgroup.
+	go func() {
+		if _, err := p.env(context.WithoutCancel(ctx)); err != nil {
+			log.G(ctx).WithError(err).Warn("open libvirt for the pod")
+		}
+	}()
 	return t.st.update(func(st state) (state, error) {
 		st.Pid = uint32(os.Getpid())
 		return st, nil
