@@ -32,7 +32,8 @@ import (
 	"github.com/vmpod/vmpod/pkg/vmspec"
 )
 
-// shimBinary is vm-runtime, built once, linked as containerd-shim-vmpod-v2.
+// shimBinary is the shim containerd runs, cmd/containerd-shim-vmpod-v2,
+// built once.
 var shimBinary struct {
 	once sync.Once
 	path string
@@ -48,13 +49,10 @@ func buildShim(t testing.TB) string {
 			return
 		}
 		atExit = append(atExit, func() { os.RemoveAll(dir) })
-		bin := filepath.Join(dir, "vm-runtime")
-		if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/vm-runtime").CombinedOutput(); err != nil {
-			shimBinary.err = fmt.Errorf("build vm-runtime: %v\n%s", err, out)
-			return
-		}
 		shimBinary.path = filepath.Join(dir, "containerd-shim-vmpod-v2")
-		shimBinary.err = os.Symlink(bin, shimBinary.path)
+		if out, err := exec.Command("go", "build", "-o", shimBinary.path, "../../cmd/containerd-shim-vmpod-v2").CombinedOutput(); err != nil {
+			shimBinary.err = fmt.Errorf("build containerd-shim-vmpod-v2: %v\n%s", err, out)
+		}
 	})
 	if shimBinary.err != nil {
 		t.Fatal(shimBinary.err)

@@ -4,13 +4,11 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -422,61 +420,6 @@ func TestShimKilled(t *testing.T) {
 		t.Errorf("QEMU %d still runs after delete", qemuPID)
 	}
 	e.assertClean(t)
-}
-
-// BenchmarkShim starts the test guest through the shim b.N times (make
-// bench: 3) and reports the median time from the VM task's Start to the
-// guest's first serial line on the stdout FIFO, and the median PSS of the
-// shim process while its VM runs.
-func BenchmarkShim(b *testing.B) {
-	var first []time.Duration
-	var pss []float64
-	for b.Loop() {
-		func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-			defer cancel()
-			e := newPodEnv(b)
-			c, qemuPID := e.runPod(b, ctx)
-			e.stdout.waitFor(b, "VMPOD-GUEST: init", 2*time.Minute)
-			first = append(first, time.Since(e.startedAt))
-			conn, err := c.Connect(ctx, &taskAPI.ConnectRequest{ID: e.p.vmID})
-			if err != nil {
-				b.Fatal(err)
-			}
-			e.stdout.waitFor(b, "VMPOD-GUEST: ready", time.Minute)
-			pss = append(pss, float64(pssKiB(b, int(conn.ShimPid)))/1024)
-			if _, err := c.Kill(ctx, &taskAPI.KillRequest{ID: e.p.vmID, Signal: uint32(syscall.SIGKILL)}); err != nil {
-				b.Fatal(err)
-			}
-			if _, err := c.Wait(ctx, &taskAPI.WaitRequest{ID: e.p.vmID}); err != nil {
-				b.Fatal(err)
-			}
-			e.deletePod(b, ctx, c)
-			waitGone(int(qemuPID), 10*time.Second)
-		}()
-	}
-	slices.Sort(first)
-	slices.Sort(pss)
-	b.ReportMetric(first[len(first)/2].Seconds(), "s-first-line")
-	b.ReportMetric(pss[len(pss)/2], "MiB-shim-PSS")
-}
-
-// pssKiB reads a process's proportional set size.
-func pssKiB(t testing.TB, pid int) int {
-	t.Helper()
-	b, err := os.ReadFile("/proc/" + itoa(pid) + "/smaps_rollup")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "Pss:" {
-			var kib int
-			fmt.Sscan(f[1], &kib)
-			return kib
-		}
-	}
-	t.Fatalf("no Pss in smaps_rollup of %d", pid)
-	return 0
 }
 
 // TestShimRefusesVMBeyondPodLimit: the pod cgroup's limit (pod limits plus

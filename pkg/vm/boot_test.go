@@ -357,19 +357,6 @@ func (c *console) poll() {
 	c.seen = max(c.seen, len(lines))
 }
 
-// BenchmarkBoot boots the test guest b.N times (make bench: 3) and reports
-// the median time from Create to the guest's first serial line and to its
-// ready marker.
-func BenchmarkBoot(b *testing.B) {
-	var first, ready []time.Duration
-	for b.Loop() {
-		times := bootGuest(b, "boot-pod.yaml")
-		first = append(first, times.firstLine)
-		ready = append(ready, times.ready)
-	}
-	b.ReportMetric(median(first).Seconds(), "s-first-line")
-	b.ReportMetric(median(ready).Seconds(), "s-ready")
-}
 
 func median(d []time.Duration) time.Duration {
 	if len(d) == 0 {
