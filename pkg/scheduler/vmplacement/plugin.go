@@ -21,6 +21,8 @@ type VMPlacement struct {
 	nodes nodeIndex
 	// classes are the kinds of node by labeller labels (classes.go).
 	classes capsClasses
+	// scan is PreFilter's pass over the nodes (candidates).
+	scan scan
 }
 
 var (

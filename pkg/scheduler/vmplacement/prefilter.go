@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -182,14 +183,34 @@ func (pl *VMPlacement) learn(nodes []fwk.NodeInfo) {
 // node gives its event the reasons (docs/scheduler.md).
 func (pl *VMPlacement) candidates(pod *v1.Pod, n *needs, nodes []fwk.NodeInfo) *fwk.PreFilterResult {
 	affinity := nodeaffinity.GetRequiredNodeAffinity(pod)
-	names := sets.New[string]()
+	var estimate int64
+	for _, c := range pl.classes.list() {
+		if _, reason := n.fitsClass(c); reason == "" {
+			estimate += c.nodes.Load()
+		}
+	}
+	names := make(sets.Set[string], estimate)
 	roomy := false
-	for _, ni := range nodes {
+	pl.scan.mu.Lock()
+	defer pl.scan.mu.Unlock()
+	if len(pl.scan.entries) != len(nodes) {
+		pl.scan.entries = make([]scanEntry, len(nodes))
+	}
+	for i, ni := range nodes {
 		node := ni.Node()
 		if node == nil {
 			continue
 		}
-		s := pl.nodeState(ni)
+		se := &pl.scan.entries[i]
+		if se.ni != ni {
+			*se = scanEntry{ni: ni, e: pl.nodes.entry(node.Name)}
+		}
+		// The class holds while the Node object does; the pods do not
+		// matter here.
+		s := se.e.state.Load()
+		if s == nil || s.node != node {
+			s = pl.nodeState(ni)
+		}
 		kvm, reason := n.fitsClass(s.class)
 		if reason != "" {
 			continue
@@ -198,12 +219,26 @@ func (pl *VMPlacement) candidates(pod *v1.Pod, n *needs, nodes []fwk.NodeInfo) *
 			continue
 		}
 		names.Insert(node.Name)
-		roomy = roomy || n.fitsMemory(ni, s, kvm)
+		roomy = roomy || n.fitsMemory(ni, pl.nodeState(ni), kvm)
 	}
 	if !roomy {
 		return nil
 	}
 	return &fwk.PreFilterResult{NodeNames: names}
+}
+
+// scan pairs each NodeInfo of the node list PreFilter last went through
+// with the node's entry, so that candidates looks up no names while the
+// list is the same (the scheduler's snapshot keeps one list and one
+// NodeInfo per node until nodes come or go).
+type scan struct {
+	mu      sync.Mutex
+	entries []scanEntry // guarded by mu
+}
+
+type scanEntry struct {
+	ni fwk.NodeInfo
+	e  *nodeEntry
 }
 
 // PreFilterExtensions returns nil: the needs do not depend on other pods.
