@@ -8,7 +8,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	nodev1 "k8s.io/api/node/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -51,20 +50,10 @@ func TestOverheadCountedOnce(t *testing.T) {
 	cp := controlplane.Start(t, controlplane.Options{})
 	ctx := t.Context()
 	c := cp.Client
-	if _, err := c.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	rc := &nodev1.RuntimeClass{
-		ObjectMeta: metav1.ObjectMeta{Name: "vmpod"},
-		Handler:    "vmpod",
-		Overhead: &nodev1.Overhead{PodFixed: v1.ResourceList{
-			v1.ResourceCPU:    resource.MustParse(overheadCPU),
-			v1.ResourceMemory: resource.MustParse(overheadMemory),
-		}},
-	}
-	if _, err := c.NodeV1().RuntimeClasses().Create(ctx, rc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createNamespace(t, c, v1.ResourceList{
+		v1.ResourceCPU:    resource.MustParse(overheadCPU),
+		v1.ResourceMemory: resource.MustParse(overheadMemory),
+	})
 	if _, err := c.CoreV1().Nodes().Create(ctx, vmNode("small", "4Gi").CPU(smallNodeCPU).Obj(), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/component-base/configz"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 
 	"github.com/vmpod/vmpod/internal/testenv/controlplane"
 	"github.com/vmpod/vmpod/pkg/scheduler/vmplacement"
@@ -29,12 +30,18 @@ const startTimeout = 60 * time.Second
 // ends it and waits.
 func startScheduler(t testing.TB, cp *controlplane.ControlPlane, profilesYAML string) (stop func()) {
 	t.Helper()
+	return startSchedulerWith(t, cp, profilesYAML, vmplacement.New)
+}
+
+// startSchedulerWith is startScheduler with VMPlacement built by factory.
+func startSchedulerWith(t testing.TB, cp *controlplane.ControlPlane, profilesYAML string, factory frameworkruntime.PluginFactory) (stop func()) {
+	t.Helper()
 	opts := options.NewOptions()
 	opts.ConfigFile = writeSchedulerConfig(t, cp, profilesYAML)
 	opts.SecureServing.BindPort = 0 // no /healthz, /metrics listener
 
 	ctx, cancel := context.WithCancel(context.Background())
-	cc, sched, err := app.Setup(ctx, opts, app.WithPlugin(vmplacement.Name, vmplacement.New))
+	cc, sched, err := app.Setup(ctx, opts, app.WithPlugin(vmplacement.Name, factory))
 	if err != nil {
 		cancel()
 		t.Fatalf("scheduler setup: %v", err)
