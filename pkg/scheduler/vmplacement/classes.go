@@ -1,6 +1,7 @@
 package vmplacement
 
 import (
+	"hash/maphash"
 	"slices"
 	"strings"
 	"sync"
@@ -27,31 +28,37 @@ type capsClass struct {
 // removed: there is one per distinct set of labeller labels the
 // scheduler has seen, a handful in a cluster.
 type capsClasses struct {
-	mu    sync.Mutex
-	byKey map[string]*capsClass // guarded by mu
+	mu     sync.Mutex
+	byHash map[uint64][]*capsClass // by labelsHash; guarded by mu
 	// all is every class, indexed by id; replaced, never changed, when
 	// a class is added.
 	all atomic.Pointer[[]*capsClass]
 }
 
-// of returns the class of a node with these labels.
+// classSeed seeds labelsHash; any seed does, one for the process.
+var classSeed = maphash.MakeSeed()
+
+// of returns the class of a node with these labels. Finding a known class
+// allocates nothing: it runs when the scheduler meets a node or a changed
+// Node object, thousands of times when it starts.
 func (r *capsClasses) of(labels map[string]string) *capsClass {
-	own := labellerLabels(labels)
-	key := classKey(own)
+	h, n := labelsHash(labels)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if c, ok := r.byKey[key]; ok {
-		return c
+	for _, c := range r.byHash[h] {
+		if c.is(labels, n) {
+			return c
+		}
 	}
 	var all []*capsClass
 	if p := r.all.Load(); p != nil {
 		all = *p
 	}
-	c := &capsClass{id: len(all), caps: capsOf(own)}
-	if r.byKey == nil {
-		r.byKey = map[string]*capsClass{}
+	c := &capsClass{id: len(all), caps: capsOf(labellerLabels(labels))}
+	if r.byHash == nil {
+		r.byHash = map[uint64][]*capsClass{}
 	}
-	r.byKey[key] = c
+	r.byHash[h] = append(r.byHash[h], c)
 	grown := append(slices.Clip(all), c)
 	r.all.Store(&grown)
 	return c
@@ -66,34 +73,56 @@ func (r *capsClasses) list() []*capsClass {
 	return nil
 }
 
+// is reports whether the class is that of a node with these labels, n of
+// them the labeller's.
+func (c *capsClass) is(labels map[string]string, n int) bool {
+	if len(c.caps.labels) != n {
+		return false
+	}
+	for k, v := range c.caps.labels {
+		if w, ok := labels[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// labelsHash hashes the labeller's labels among labels, the same for
+// equal sets in any order, and counts them.
+func labelsHash(labels map[string]string) (sum uint64, n int) {
+	var h maphash.Hash
+	h.SetSeed(classSeed)
+	for k, v := range labels {
+		if !isLabellerLabel(k) {
+			continue
+		}
+		h.Reset()
+		h.WriteString(k)
+		h.WriteByte(0)
+		h.WriteString(v)
+		sum += h.Sum64()
+		n++
+	}
+	return sum, n
+}
+
 // labellerLabels are the labels under the prefixes the labeller owns: all
 // that capsOf reads.
 func labellerLabels(labels map[string]string) map[string]string {
 	own := map[string]string{}
 	for k, v := range labels {
-		for _, p := range vmspec.LabelPrefixes {
-			if strings.HasPrefix(k, p) {
-				own[k] = v
-				break
-			}
+		if isLabellerLabel(k) {
+			own[k] = v
 		}
 	}
 	return own
 }
 
-// classKey is the labels in one string, the same for equal maps.
-func classKey(labels map[string]string) string {
-	keys := make([]string, 0, len(labels))
-	for k := range labels {
-		keys = append(keys, k)
+func isLabellerLabel(key string) bool {
+	for _, p := range vmspec.LabelPrefixes {
+		if strings.HasPrefix(key, p) {
+			return true
+		}
 	}
-	slices.Sort(keys)
-	var b strings.Builder
-	for _, k := range keys {
-		b.WriteString(k)
-		b.WriteByte('=')
-		b.WriteString(labels[k])
-		b.WriteByte('\n')
-	}
-	return b.String()
+	return false
 }
