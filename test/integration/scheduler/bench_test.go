@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"text/tabwriter"
 	"time"
@@ -74,8 +76,9 @@ var benchExtensionPoints = []string{"PreFilter", "Filter", "PreScore", "Score"}
 // then deletes the pods, so every run sees the same empty nodes. The
 // profiles run in the order A B B A A B B A on each node count, so that
 // drift in the machine's load (other work on a shared 2-core machine
-// halves a run's pods/s at times) falls on both alike; pods/s is over all
-// of a profile's runs. The extension point times are
+// halves a run's pods/s at times) falls on both alike. pods/s is over all
+// of a profile's runs; the ratio is the median of the four ratios of
+// neighbouring runs (A B, B A, A B, B A), which share the machine's state. The extension point times are
 // kube-scheduler's own (framework_extension_point_duration_seconds; Filter
 // is the whole parallel pass over the nodes); VMPlacement's are summed by
 // timedVMPlacement over the cycles the framework samples for its plugin
@@ -100,6 +103,9 @@ type benchRow struct {
 	nodes   int
 	profile string
 	runs    []time.Duration // first to last binding
+	// cpu is the process's CPU time per pod in the same spans: all of
+	// the apiserver's, etcd's and the scheduler's work for it.
+	cpu time.Duration
 	// perPod are the scheduler's times per pod: the algorithm, then each
 	// of benchExtensionPoints.
 	algorithm time.Duration
@@ -107,7 +113,11 @@ type benchRow struct {
 	// plugin is VMPlacement's own time per pod at each extension point,
 	// nil for the default profile.
 	plugin []time.Duration
-	ratio  float64 // pods/s against the default profile's; 0 for that
+	// pairRatios are pods/s against the default profile's in the run
+	// next to it (runs 1 and 2, 3 and 4, ...); ratio is their median.
+	// Both are 0 for the default profile.
+	pairRatios []float64
+	ratio      float64
 }
 
 func (r benchRow) rate() float64 { return rate(r.runs...) }
@@ -151,10 +161,11 @@ func benchProfiles(b *testing.B, cp *controlplane.ControlPlane, nodes int) []ben
 		} else {
 			stop = startScheduler(b, cp, yaml)
 		}
-		first, last := bound.waitAll(b, benchPods)
+		first, last, cpu := bound.waitAll(b, benchPods)
 		stop()
 		r := rows[p.name]
 		r.runs = append(r.runs, last.Sub(first))
+		r.cpu += cpu
 		r.algorithm += histogramSum(b, "scheduler_scheduling_algorithm_duration_seconds", nil) - algorithmBefore
 		for j, point := range benchExtensionPoints {
 			r.points[j] += histogramSum(b, "scheduler_framework_extension_point_duration_seconds",
@@ -164,6 +175,7 @@ func benchProfiles(b *testing.B, cp *controlplane.ControlPlane, nodes int) []ben
 	}
 	for _, r := range rows {
 		pods := time.Duration(len(r.runs) * benchPods)
+		r.cpu /= pods
 		r.algorithm /= pods
 		for j := range r.points {
 			r.points[j] /= pods
@@ -171,7 +183,10 @@ func benchProfiles(b *testing.B, cp *controlplane.ControlPlane, nodes int) []ben
 	}
 	preFilter, filter, preScore, score := pt.perPod()
 	rows[vmp.name].plugin = []time.Duration{preFilter, filter, preScore, score}
-	rows[vmp.name].ratio = rows[vmp.name].rate() / rows[def.name].rate()
+	for i, d := range rows[vmp.name].runs {
+		rows[vmp.name].pairRatios = append(rows[vmp.name].pairRatios, rate(d)/rate(rows[def.name].runs[i]))
+	}
+	rows[vmp.name].ratio = median(rows[vmp.name].pairRatios)
 
 	b.ReportMetric(rows[def.name].rate(), "pods/s-default")
 	b.ReportMetric(rows[vmp.name].rate(), "pods/s-vmplacement")
@@ -180,16 +195,25 @@ func benchProfiles(b *testing.B, cp *controlplane.ControlPlane, nodes int) []ben
 	return []benchRow{*rows[def.name], *rows[vmp.name]}
 }
 
+func median(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	if len(s) == 0 {
+		return 0
+	}
+	return (s[(len(s)-1)/2] + s[len(s)/2]) / 2
+}
+
 // printBenchTable prints the rows as the table make bench shows.
 func printBenchTable(rows []benchRow) {
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(w, "\nscheduler: %d pods a run (half plain, half VM pods of 4 kinds); profiles run A B B A A B B A; times per pod\n", benchPods)
-	fmt.Fprint(w, "nodes\tprofile\tpods/s\tratio\talgorithm\t")
+	fmt.Fprint(w, "nodes\tprofile\tpods/s\tratio\tCPU\tCPU ratio\talgorithm\t")
 	for _, p := range benchExtensionPoints {
 		fmt.Fprintf(w, "%s\t", p)
 	}
-	fmt.Fprint(w, "runs (pods/s)\t\n")
+	fmt.Fprint(w, "runs (pods/s)\tpair ratios\t\n")
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.3fms", float64(d)/float64(time.Millisecond)) }
+	var defaultCPU time.Duration // of the default profile's row before
 	for _, r := range rows {
 		ratio := "-"
 		if r.ratio > 0 {
@@ -199,17 +223,27 @@ func printBenchTable(rows []benchRow) {
 		for _, d := range r.runs {
 			runs = append(runs, fmt.Sprintf("%.0f", rate(d)))
 		}
-		fmt.Fprintf(w, "%d\t%s\t%.0f\t%s\t%s\t", r.nodes, r.profile, r.rate(), ratio, ms(r.algorithm))
+		cpuRatio := "-"
+		if r.ratio > 0 {
+			cpuRatio = fmt.Sprintf("%.2f", float64(defaultCPU)/float64(r.cpu))
+		} else {
+			defaultCPU = r.cpu
+		}
+		fmt.Fprintf(w, "%d\t%s\t%.0f\t%s\t%s\t%s\t%s\t", r.nodes, r.profile, r.rate(), ratio, ms(r.cpu), cpuRatio, ms(r.algorithm))
 		for _, d := range r.points {
 			fmt.Fprintf(w, "%s\t", ms(d))
 		}
-		fmt.Fprintf(w, "%s\t\n", strings.Join(runs, ", "))
+		var pairs []string
+		for _, x := range r.pairRatios {
+			pairs = append(pairs, fmt.Sprintf("%.2f", x))
+		}
+		fmt.Fprintf(w, "%s\t%s\t\n", strings.Join(runs, ", "), strings.Join(pairs, ", "))
 		if r.plugin != nil {
-			fmt.Fprintf(w, "%d\tVMPlacement alone\t\t\t\t", r.nodes)
+			fmt.Fprintf(w, "%d\tVMPlacement alone\t\t\t\t\t\t", r.nodes)
 			for _, d := range r.plugin {
 				fmt.Fprintf(w, "%s\t", ms(d))
 			}
-			fmt.Fprint(w, "sampled cycles\t\n")
+			fmt.Fprint(w, "sampled cycles\t\t\n")
 		}
 	}
 	w.Flush()
@@ -317,6 +351,18 @@ type bindings struct {
 	seen  map[string]time.Time
 	count chan struct{} // one send per newly bound pod
 	stop  func()        // stops the informer
+	// firstCPU is the process's CPU time when the first binding was seen.
+	firstCPU time.Duration
+}
+
+// processCPU is the CPU time (user and system) this process has used: the
+// apiserver's, etcd's and the scheduler's alike.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		panic(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // watchBindings starts an informer on the scheduler's pods; it stops when
@@ -336,6 +382,9 @@ func watchBindings(b *testing.B, c clientset.Interface, scheduler string) *bindi
 		bd.mu.Lock()
 		defer bd.mu.Unlock()
 		if _, ok := bd.seen[pod.Name]; !ok {
+			if len(bd.seen) == 0 {
+				bd.firstCPU = processCPU()
+			}
 			bd.seen[pod.Name] = time.Now()
 			bd.count <- struct{}{}
 		}
@@ -356,8 +405,9 @@ func watchBindings(b *testing.B, c clientset.Interface, scheduler string) *bindi
 }
 
 // waitAll waits (bounded) until n pods are bound and returns the first and
-// last time a binding was seen.
-func (bd *bindings) waitAll(b *testing.B, n int) (first, last time.Time) {
+// last time a binding was seen, and the process's CPU time between the
+// first binding and its return.
+func (bd *bindings) waitAll(b *testing.B, n int) (first, last time.Time, cpu time.Duration) {
 	defer bd.stop()
 	timeout := time.After(benchTimeout)
 	for range n {
@@ -367,8 +417,10 @@ func (bd *bindings) waitAll(b *testing.B, n int) (first, last time.Time) {
 			b.Fatalf("%d of %d pods bound after %v", len(bd.seen), n, benchTimeout)
 		}
 	}
+	cpu = processCPU()
 	bd.mu.Lock()
 	defer bd.mu.Unlock()
+	cpu -= bd.firstCPU
 	for _, t := range bd.seen {
 		if first.IsZero() || t.Before(first) {
 			first = t
@@ -377,7 +429,7 @@ func (bd *bindings) waitAll(b *testing.B, n int) (first, last time.Time) {
 			last = t
 		}
 	}
-	return first, last
+	return first, last, cpu
 }
 
 // parallel runs create(i) for i in [0, n) on createWorkers goroutines and
