@@ -72,8 +72,11 @@ fuzz:
 # One table per area, each with its references measured in the same run
 # (docs/benchmarks.md): a VM pod's start phases next to libvirt's
 # define+start of the same XML and bare QEMU (5 starts of each); the
-# shim's memory with 10 VM pods; the scheduler plugin's cost; then the
-# pieces (converter, jail, image intake, exec through the guest agent).
+# shim's memory with 10 VM pods; the scheduler plugin's cost
+# (BenchmarkSchedulingThroughput: pods/s with the default plugins and with
+# VMPlacement on 1,000 and 5,000 nodes, their ratio, and the time per pod
+# of each extension point; docs/scheduler.md); then the pieces (converter,
+# jail, image intake, exec through the guest agent).
 bench: deps guest
 	@echo '== start'
 	$(GO) test -run '^$$' -bench BenchmarkStartPhases -benchtime 5x -timeout 20m ./pkg/shim
@@ -87,65 +90,6 @@ bench: deps guest
 	$(GO) test -run '^$$' -bench 'BenchmarkJail|BenchmarkNoJail' -benchtime 50x ./pkg/jail
 	$(GO) test -run '^$$' -bench BenchmarkImageIntake -benchtime 20x ./pkg/vm
 	$(GO) test -run '^$$' -bench BenchmarkExec -benchtime 20x ./pkg/vm
-
-build: deps
-	$(GO) build -o $(OUT)/bin/vm-runtime ./cmd/vm-runtime
-	$(GO) build -o $(OUT)/bin/containerd-shim-vmpod-v2 ./cmd/containerd-shim-vmpod-v2
-
-test: deps guest
-	$(GO) vet -tags e2e,nodevm,systemdnode ./...
-	$(GO) test -count=1 -timeout 30m ./...
-	@$(MAKE) --no-print-directory fuzz
-	@$(MAKE) --no-print-directory nodevm
-	@$(MAKE) --no-print-directory e2e
-
-# vmpod on a cgroup v2 + systemd node (kind's containerd config, the
-# installer, a VM pod under a systemd pod slice) and with the cgroupfs
-# driver on cgroup v2: a node booted as a TCG VM over this machine's root
-# (test/nodevm builds only with the tag nodevm; about 2 minutes).
-nodevm: deps guest
-	$(GO) test -tags nodevm -count=1 -timeout 15m -v ./test/nodevm
-
-# A one-node cluster in a network namespace running a VM pod
-# (hack/local-up.sh builds etcd, kube-apiserver, kubelet, kubectl and the
-# scheduler from the pinned modules, cached in _output/).
-demo: deps guest
-	@hack/local-up.sh
-
-demo-down:
-	@hack/local-down.sh
-
-# The end-to-end tests against a fresh local cluster, removed afterwards
-# (test/e2e builds only with the tag e2e: a plain go test ./... skips it).
-e2e: deps guest
-	VMPOD_LOCAL_NO_DEMO=1 hack/local-up.sh || { hack/local-down.sh; exit 1; }
-	set -a; . _output/local/env; set +a; $(GO) test -tags e2e -count=1 -timeout 30m -v ./test/e2e; rc=$$?; hack/local-down.sh || rc=1; exit $$rc
-
-# A short run of each fuzz target over what users write (FuzzParse's inputs
-# are whole capability captures: minimizing one would take the whole run);
-# the seed corpora
-# live in each package's testdata/fuzz/.
-fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzAnnotations$$' -fuzztime $(FUZZTIME) ./pkg/vmspec
-	$(GO) test -run '^$$' -fuzz '^FuzzFrontDoorsAgree$$' -fuzztime $(FUZZTIME) ./pkg/vmspec
-	$(GO) test -run '^$$' -fuzz '^FuzzDomain$$' -fuzztime $(FUZZTIME) ./pkg/convert
-	$(GO) test -run '^$$' -fuzz '^FuzzDomainXML$$' -fuzztime $(FUZZTIME) ./pkg/convert
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./pkg/host
-
-# Boot benchmarks run 3 boots each and report medians; BenchmarkExec boots
-# once and reports the median of 20 execs. BenchmarkShimFootprint runs 10
-# VM pods through real containerd and prints what each pod's shim weighs
-# (the shims' PSS summed over the pods, by kind of mapping; about 2 minutes).
-bench: deps guest
-	$(GO) test -run '^$$' -bench . -benchmem ./pkg/convert
-	$(GO) test -run '^$$' -bench 'BenchmarkJail|BenchmarkNoJail' -benchtime 50x ./pkg/jail
-	$(GO) test -run '^$$' -bench BenchmarkImageIntake -benchtime 20x ./pkg/vm
-	$(GO) test -run '^$$' -bench BenchmarkBoot -benchtime 3x ./pkg/vm
-	$(GO) test -run '^$$' -bench BenchmarkExec -benchtime 20x ./pkg/vm
-	$(GO) test -run '^$$' -bench BenchmarkShim -benchtime 3x ./pkg/shim
-	$(GO) test -run '^$$' -bench BenchmarkShimFootprint -benchtime 1x -timeout 15m ./test/containerd
-	$(GO) test -run '^$$' -bench BenchmarkFilterScore -benchmem ./pkg/scheduler/vmplacement
-	$(GO) test -run '^$$' -bench BenchmarkSchedulingThroughput -benchtime 1x -timeout 30m ./test/integration/scheduler
 
 clean:
 	rm -rf $(OUT)/bin

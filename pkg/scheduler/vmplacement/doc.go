@@ -4,11 +4,14 @@
 // disk image and that suit the configured pack or spread strategy.
 //
 //   - PreFilter reads the VM a pod asks for with vmspec.FromPod; pods of
-//     other RuntimeClasses are skipped, so Filter and Score never see them.
+//     other RuntimeClasses are skipped, so Filter and Score never see them
+//     and cost nothing. It checks the VM against each kind of node (a
+//     capsClass: one set of labeller labels) once, and when some kind
+//     cannot run it, names the nodes that can.
 //   - Filter compares that VM with the node labels the vmpod labeller
-//     writes (vmspec.Label*) and checks memory including the VM's real
-//     overhead (vmspec.OverheadFor), counting only what NodeResourcesFit
-//     does not already count.
+//     writes (vmspec.Label*), through the node's class, and checks memory
+//     including the VM's real overhead (vmspec.OverheadFor), counting only
+//     what NodeResourcesFit does not already count.
 //   - Score ranks nodes by disk-image locality and by free memory.
 //
 // docs/scheduler.md describes the filter reasons, the arguments and how

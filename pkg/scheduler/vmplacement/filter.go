@@ -51,11 +51,11 @@ func (pl *VMPlacement) Filter(_ context.Context, cs fwk.CycleState, pod *v1.Pod,
 		return fwk.NewStatus(fwk.Error, "node not found")
 	}
 	s := pl.nodeState(nodeInfo)
-	kvm, reason := n.fits(&s.caps)
+	kvm, reason := n.fitsClass(s.class)
 	if reason != "" {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason)
 	}
-	if n.footprint(kvm) > subSat(nodeInfo.GetAllocatable().GetMemory(), usedMemory(nodeInfo, s)) {
+	if !n.fitsMemory(nodeInfo, s, kvm) {
 		return fwk.NewStatus(fwk.Unschedulable, ErrReasonMemory)
 	}
 	return nil

@@ -2,8 +2,8 @@ package vmplacement
 
 import (
 	"strconv"
-	"sync"
 
+	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/vmpod/vmpod/pkg/vmspec"
@@ -12,8 +12,9 @@ import (
 // caps is what a node can run, as the labeller's labels say (vmspec.Label*,
 // docs/labels.md).
 type caps struct {
-	// labels are the node's own labels, read for the named CPU models,
-	// CPU features and machine types (LabelCPUModelPrefix and so on).
+	// labels are the node's labels the labeller owns (vmspec.LabelPrefixes),
+	// read for the named CPU models, CPU features and machine types
+	// (LabelCPUModelPrefix and so on).
 	labels                                        map[string]string
 	runtime, kvm, tcg, hostPassthrough, hostModel bool
 	uefi                                          bool
@@ -56,45 +57,50 @@ func (c *caps) runsUnderKVM(accel vmspec.Accel) bool {
 	}
 }
 
-// nodeState is what the plugin reads from a NodeInfo: the node's caps and
-// the memory its pods take beyond NodeResourcesFit's count (memory.go).
-// It is immutable once built.
+// nodeState is what the plugin reads from a NodeInfo: the node's caps
+// class (classes.go) and the memory its pods take beyond NodeResourcesFit's
+// count (memory.go). It is immutable once built.
 type nodeState struct {
+	// node is the Node object the class was read from: an updated node is
+	// a new object (the informer never changes one in place).
+	node       *v1.Node
 	generation int64
-	caps       caps
+	class      *capsClass
 	extraBytes int64
-}
-
-// nodeStates caches a nodeState per node name, valid while the NodeInfo's
-// generation is unchanged. Working one out parses the node's labels and
-// reads every VM pod on the node with vmspec.FromPod (microseconds each),
-// which Filter and Score would otherwise repeat for every node in every
-// scheduling cycle; in steady state only the node the last pod was bound
-// to changes.
-//
-// A generation identifies a NodeInfo's contents: every change (a pod added
-// or removed, the node updated) takes a new number from one process-wide
-// counter, including on the clones the framework makes for nominated pods
-// and preemption. A deleted node's entry stays: one small entry per node
-// name the scheduler has seen.
-type nodeStates struct {
-	m sync.Map // node name -> *nodeState
 }
 
 // nodeState returns the NodeInfo's state, from the cache while the NodeInfo
 // is unchanged. The NodeInfo's node must not be nil.
+//
+// A generation identifies a NodeInfo's contents: every change (a pod added
+// or removed, the node updated) takes a new number from one process-wide
+// counter, including on the clones the framework makes for nominated pods
+// and preemption. Working a state out reads every VM pod on the node with
+// vmspec.FromPod (microseconds each), and the node's labels when the Node
+// object changed; in steady state only the node the last pod was bound to
+// changes, so Filter and Score mostly pay one lookup per node (index.go).
 func (pl *VMPlacement) nodeState(ni fwk.NodeInfo) *nodeState {
 	node := ni.Node()
 	gen := ni.GetGeneration()
-	if v, ok := pl.nodes.m.Load(node.Name); ok {
-		if s := v.(*nodeState); s.generation == gen {
-			return s
+	e := pl.nodes.entry(node.Name)
+	old := e.state.Load()
+	if old != nil && old.generation == gen && old.node == node {
+		return old
+	}
+	s := &nodeState{node: node, generation: gen}
+	if old != nil && old.node == node {
+		s.class = old.class
+	} else {
+		s.class = pl.classes.of(node.Labels)
+	}
+	for _, pi := range ni.GetPods() {
+		s.extraBytes = addSat(s.extraBytes, pl.podExtra(pi, &s.class.caps))
+	}
+	if e.state.CompareAndSwap(old, s) && (old == nil || old.class != s.class) {
+		s.class.nodes.Add(1)
+		if old != nil {
+			old.class.nodes.Add(-1)
 		}
 	}
-	s := &nodeState{generation: gen, caps: capsOf(node.Labels)}
-	for _, pi := range ni.GetPods() {
-		s.extraBytes = addSat(s.extraBytes, pl.podExtra(pi, &s.caps))
-	}
-	pl.nodes.m.Store(node.Name, s)
 	return s
 }

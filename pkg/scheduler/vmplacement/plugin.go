@@ -17,8 +17,12 @@ const Name = "VMPlacement"
 // VMPlacement filters and scores nodes for VM pods.
 type VMPlacement struct {
 	args VMPlacementArgs
-	// nodes caches what the plugin reads from each node.
-	nodes nodeStates
+	// nodes caches what the plugin reads from each node (node.go).
+	nodes nodeIndex
+	// classes are the kinds of node by labeller labels (classes.go).
+	classes capsClasses
+	// scan is PreFilter's pass over the nodes (candidates).
+	scan scan
 }
 
 var (

@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
@@ -39,11 +42,22 @@ type needs struct {
 	// Image is the containerdisk, normalized as node.status.images has it.
 	Image string
 
-	// keys are the node labels Filter looks up, built once per pod.
+	// keys are the node labels fits looks up, built once per pod.
 	keys struct {
 		cpuModel, machine string
 		cpuFeatures       []string
 	}
+	// footprintTCG and footprintKVM are footprint's two answers.
+	footprintTCG, footprintKVM int64
+	// fit is PreFilter's verdict on each capsClass it knew, by id; nil in
+	// needs built elsewhere (fitsClass).
+	fit []classFit
+}
+
+// classFit is what fits says of a class.
+type classFit struct {
+	kvm    bool
+	reason string
 }
 
 // Clone returns n itself: needs never change after PreFilter.
@@ -53,7 +67,25 @@ func (n *needs) Clone() fwk.StateData { return n }
 // the VM's overhead under the node's accelerator, or what NodeResourcesFit
 // counts for it if that is more.
 func (n *needs) footprint(kvm bool) int64 {
-	return max(n.CountedBytes, vmFootprint(n.GuestBytes, n.VCPUs, kvm))
+	if kvm {
+		return n.footprintKVM
+	}
+	return n.footprintTCG
+}
+
+// fitsClass is fits for a node of that class, from PreFilter's verdicts
+// when it knew the class.
+func (n *needs) fitsClass(c *capsClass) (kvm bool, reason string) {
+	if c.id < len(n.fit) {
+		return n.fit[c.id].kvm, n.fit[c.id].reason
+	}
+	return n.fits(&c.caps)
+}
+
+// fitsMemory reports whether the node's allocatable memory holds its pods
+// and this VM, each VM at its footprint (memory.go).
+func (n *needs) fitsMemory(ni fwk.NodeInfo, s *nodeState, kvm bool) bool {
+	return n.footprint(kvm) <= subSat(ni.GetAllocatable().GetMemory(), usedMemory(ni, s))
 }
 
 // needsFor returns the needs of a VM pod, (nil, nil) for a pod the plugin
@@ -85,6 +117,8 @@ func (pl *VMPlacement) needsFor(pod *v1.Pod) (*needs, *fwk.Status) {
 	for _, f := range n.CPUFeatures {
 		n.keys.cpuFeatures = append(n.keys.cpuFeatures, vmspec.LabelCPUFeaturePrefix+f)
 	}
+	n.footprintTCG = max(n.CountedBytes, vmFootprint(n.GuestBytes, n.VCPUs, false))
+	n.footprintKVM = max(n.CountedBytes, vmFootprint(n.GuestBytes, n.VCPUs, true))
 	return n, nil
 }
 
@@ -97,8 +131,10 @@ func countedMemory(pi fwk.PodInfo) int64 {
 }
 
 // PreFilter reads the VM the pod asks for. It skips pods that are not VM
-// pods, so that Filter is not called for them.
-func (pl *VMPlacement) PreFilter(_ context.Context, cs fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+// pods, so that Filter is not called for them. For a VM pod it checks the
+// VM against each capsClass once, and when some class that has nodes
+// cannot run it, names the nodes that can (candidates).
+func (pl *VMPlacement) PreFilter(_ context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	n, st := pl.needsFor(pod)
 	if !st.IsSuccess() {
 		return nil, st
@@ -106,8 +142,103 @@ func (pl *VMPlacement) PreFilter(_ context.Context, cs fwk.CycleState, pod *v1.P
 	if n == nil {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
+	pl.learn(nodes)
+	pl.nodes.publish()
+	rejecting := false
+	for _, c := range pl.classes.list() {
+		kvm, reason := n.fits(&c.caps)
+		n.fit = append(n.fit, classFit{kvm: kvm, reason: reason})
+		rejecting = rejecting || (reason != "" && c.nodes.Load() > 0)
+	}
 	cs.Write(preFilterStateKey, n)
-	return nil, nil
+	if !rejecting {
+		return nil, nil
+	}
+	return pl.candidates(pod, n, nodes), nil
+}
+
+// learn works out the state of every node when some are new to the
+// plugin, so that the classes' node counts cover the cluster. It costs a
+// pass over the nodes only in cycles that meet new nodes.
+func (pl *VMPlacement) learn(nodes []fwk.NodeInfo) {
+	if pl.nodes.size() >= len(nodes) {
+		return
+	}
+	for _, ni := range nodes {
+		if ni.Node() != nil {
+			pl.nodeState(ni)
+		}
+	}
+}
+
+// candidates names the nodes whose labels can run the VM and that the
+// pod's nodeSelector and required node affinity allow, so that the
+// scheduler runs no Filter plugin on the others: for a VM that needs a CPU
+// model a quarter of the nodes have, it would otherwise filter every node
+// before it found enough feasible ones, and in a cluster where few nodes
+// run vmpod, every VM pod would. The nodes left out get the framework's
+// "didn't satisfy plugin(s) [VMPlacement]" instead of Filter's reason, so
+// candidates returns nil (every node) when none of them has the memory for
+// the VM: the pod then fits nowhere by VMPlacement, and Filter on every
+// node gives its event the reasons (docs/scheduler.md).
+func (pl *VMPlacement) candidates(pod *v1.Pod, n *needs, nodes []fwk.NodeInfo) *fwk.PreFilterResult {
+	affinity := nodeaffinity.GetRequiredNodeAffinity(pod)
+	var estimate int64
+	for _, c := range pl.classes.list() {
+		if _, reason := n.fitsClass(c); reason == "" {
+			estimate += c.nodes.Load()
+		}
+	}
+	names := make(sets.Set[string], estimate)
+	roomy := false
+	pl.scan.mu.Lock()
+	defer pl.scan.mu.Unlock()
+	if len(pl.scan.entries) != len(nodes) {
+		pl.scan.entries = make([]scanEntry, len(nodes))
+	}
+	for i, ni := range nodes {
+		node := ni.Node()
+		if node == nil {
+			continue
+		}
+		se := &pl.scan.entries[i]
+		if se.ni != ni {
+			*se = scanEntry{ni: ni, e: pl.nodes.entry(node.Name)}
+		}
+		// The class holds while the Node object does; the pods do not
+		// matter here.
+		s := se.e.state.Load()
+		if s == nil || s.node != node {
+			s = pl.nodeState(ni)
+		}
+		kvm, reason := n.fitsClass(s.class)
+		if reason != "" {
+			continue
+		}
+		if ok, _ := affinity.Match(node); !ok {
+			continue
+		}
+		names.Insert(node.Name)
+		roomy = roomy || n.fitsMemory(ni, pl.nodeState(ni), kvm)
+	}
+	if !roomy {
+		return nil
+	}
+	return &fwk.PreFilterResult{NodeNames: names}
+}
+
+// scan pairs each NodeInfo of the node list PreFilter last went through
+// with the node's entry, so that candidates looks up no names while the
+// list is the same (the scheduler's snapshot keeps one list and one
+// NodeInfo per node until nodes come or go).
+type scan struct {
+	mu      sync.Mutex
+	entries []scanEntry // guarded by mu
+}
+
+type scanEntry struct {
+	ni fwk.NodeInfo
+	e  *nodeEntry
 }
 
 // PreFilterExtensions returns nil: the needs do not depend on other pods.

@@ -71,7 +71,7 @@ func (pl *VMPlacement) strategyScore(n *needs, nodeInfo fwk.NodeInfo) int64 {
 		return 0
 	}
 	s := pl.nodeState(nodeInfo)
-	free := subSat(subSat(alloc, usedMemory(nodeInfo, s)), n.footprint(s.caps.runsUnderKVM(n.Accel)))
+	free := subSat(subSat(alloc, usedMemory(nodeInfo, s)), n.footprint(s.class.caps.runsUnderKVM(n.Accel)))
 	free = min(max(free, 0), alloc)
 	share := scaleShare(fwk.MaxNodeScore, free, alloc)
 	if pl.args.Strategy == StrategyPack {

@@ -4,7 +4,9 @@
 //
 // The control plane comes from internal/testenv/controlplane; the
 // scheduler is built here by kube-scheduler's app.Setup with the plugin
-// registered, as cmd/scheduler-plugin builds it. The tests may import
+// registered, as cmd/scheduler-plugin builds it, or, where its feature
+// gates matter (they are process-wide, and the apiserver's), is the
+// cmd/scheduler-plugin binary itself, run as a process. The tests may import
 // pkg/scheduler/vmplacement, pkg/vmspec (with vmspectest) and
 // internal/testenv/controlplane, and no other vmpod package.
 package scheduler

@@ -63,6 +63,13 @@ func (n *nodeWrapper) Features(features ...string) *nodeWrapper {
 	return n
 }
 
+// CPU sets the node's allocatable (and capacity) CPU.
+func (n *nodeWrapper) CPU(q string) *nodeWrapper {
+	n.Status.Allocatable[v1.ResourceCPU] = resource.MustParse(q)
+	n.Status.Capacity[v1.ResourceCPU] = resource.MustParse(q)
+	return n
+}
+
 func (n *nodeWrapper) UEFI() *nodeWrapper { return n.Label(vmspec.LabelUEFI, "true") }
 
 func (n *nodeWrapper) Label(k, v string) *nodeWrapper { n.Labels[k] = v; return n }

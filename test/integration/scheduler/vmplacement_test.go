@@ -155,20 +155,10 @@ func TestVMPlacement(t *testing.T) {
 func createCluster(t *testing.T, c clientset.Interface) {
 	t.Helper()
 	ctx := t.Context()
-	if _, err := c.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
+	createNamespace(t, c, v1.ResourceList{v1.ResourceMemory: *resource.NewQuantity(podFixed, resource.BinarySI)})
+	runc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "runc"}, Handler: "runc"}
+	if _, err := c.NodeV1().RuntimeClasses().Create(ctx, runc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
-	}
-	for _, rc := range []*nodev1.RuntimeClass{
-		{
-			ObjectMeta: metav1.ObjectMeta{Name: "vmpod"},
-			Handler:    "vmpod",
-			Overhead:   &nodev1.Overhead{PodFixed: v1.ResourceList{v1.ResourceMemory: *resource.NewQuantity(podFixed, resource.BinarySI)}},
-		},
-		{ObjectMeta: metav1.ObjectMeta{Name: "runc"}, Handler: "runc"},
-	} {
-		if _, err := c.NodeV1().RuntimeClasses().Create(ctx, rc, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
 	}
 	for _, n := range []*v1.Node{
 		vmNode("tcg-plain", "4Gi").Label("pool", "tcg").Obj(),
@@ -181,6 +171,24 @@ func createCluster(t *testing.T, c clientset.Interface) {
 		if _, err := c.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// createNamespace creates the test namespace and the vmpod RuntimeClass,
+// whose overhead.podFixed is podFixed.
+func createNamespace(t testing.TB, c clientset.Interface, podFixed v1.ResourceList) {
+	t.Helper()
+	ctx := t.Context()
+	if _, err := c.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rc := &nodev1.RuntimeClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "vmpod"},
+		Handler:    "vmpod",
+		Overhead:   &nodev1.Overhead{PodFixed: podFixed},
+	}
+	if _, err := c.NodeV1().RuntimeClasses().Create(ctx, rc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }
 
