@@ -2,6 +2,9 @@ package node
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/vmpod/vmpod/pkg/host"
 	"github.com/vmpod/vmpod/pkg/virt/libvirt"
@@ -30,6 +33,22 @@ func Open(ctx context.Context, root string, o Options) (*libvirt.Conn, error) {
 	opts := libvirt.EmbedOptions{CacheDir: o.CapsCache, NoCgroups: o.Pod}
 	if o.Jailer != "" {
 		opts.Emulators = []string{o.Jailer}
+	}
+	if o.CapsCache != "" && libvirt.ColdCache(o.CapsCache, opts.Emulators) {
+		// A node's first pods, started together: one probes QEMU, the
+		// others wait for it and take its results from the cache, rather
+		// than each probing every QEMU binary for seconds at once.
+		if err := os.MkdirAll(o.CapsCache, 0o755); err != nil {
+			return nil, fmt.Errorf("capabilities cache: %w", err)
+		}
+		lock, err := os.OpenFile(filepath.Join(o.CapsCache, ".probe.lock"), os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("capabilities cache: %w", err)
+		}
+		defer lock.Close()
+		if err := flock(ctx, lock); err != nil {
+			return nil, fmt.Errorf("capabilities cache: wait for another process's probe: %w", err)
+		}
 	}
 	return libvirt.OpenEmbedded(ctx, root, opts)
 }

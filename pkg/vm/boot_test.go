@@ -357,7 +357,6 @@ func (c *console) poll() {
 	c.seen = max(c.seen, len(lines))
 }
 
-
 func median(d []time.Duration) time.Duration {
 	if len(d) == 0 {
 		return 0

@@ -2,6 +2,8 @@ package libvirt
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net/url"
 	"os"
@@ -239,4 +241,21 @@ func onOneCPU(f func() error) error {
 		}
 	}()
 	return f()
+}
+
+// ColdCache says the capabilities cache at dir (EmbedOptions.CacheDir)
+// lacks what an open with these Emulators needs: it has no entry at all,
+// or none for one of emulators (libvirt names an entry after the SHA-256
+// of the emulator's path), so the open will probe QEMU for seconds.
+func ColdCache(dir string, emulators []string) bool {
+	if entries, _ := filepath.Glob(filepath.Join(dir, "*.xml")); len(entries) == 0 {
+		return true
+	}
+	for _, e := range emulators {
+		sum := sha256.Sum256([]byte(e))
+		if _, err := os.Stat(filepath.Join(dir, hex.EncodeToString(sum[:])+".xml")); err != nil {
+			return true
+		}
+	}
+	return false
 }

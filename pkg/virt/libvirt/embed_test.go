@@ -2,8 +2,6 @@ package libvirt
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,10 +49,11 @@ func TestEmbedded(t *testing.T) {
 	if files, _ := filepath.Glob(filepath.Join(cache, "*.xml")); len(files) == 0 {
 		t.Errorf("capabilities cache %s still empty after the first open", cache)
 	}
-	// libvirt names a cache entry after the SHA-256 of the emulator's path.
-	sum := sha256.Sum256([]byte(emulator))
-	if _, err := os.Stat(filepath.Join(cache, hex.EncodeToString(sum[:])+".xml")); err != nil {
-		t.Errorf("no capabilities of %s in the cache after the first open: %v", emulator, err)
+	if !ColdCache(filepath.Join(base, "empty"), nil) || !ColdCache(cache, []string{emulator + "-other"}) {
+		t.Errorf("ColdCache: an empty cache, or one without an emulator's entry, is not cold")
+	}
+	if ColdCache(cache, []string{emulator}) {
+		t.Errorf("no capabilities of %s in the cache after the first open", emulator)
 	}
 
 	runHelper(t, "reattach-start", rootB, cache, base)
