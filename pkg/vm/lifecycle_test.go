@@ -128,6 +128,15 @@ func TestVMLifecycle(t *testing.T) {
 		t.Errorf("image not mounted at %s after Create: %v", req.Rootfs, err)
 	}
 
+	// Stopping a VM that never started has nothing to wait for (a CRI
+	// StopContainer of a created container); it must not wait for an exit
+	// that cannot come.
+	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
+	if _, err := v.Stop(sctx, time.Minute); err != nil {
+		t.Errorf("Stop before Start: %v, want it to return at once", err)
+	}
+	scancel()
+
 	pid, err := v.Start(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -307,6 +307,18 @@ func (m *Machine) Wait(ctx context.Context) (Exit, error) {
 	}
 }
 
+// Exited is how the VM ended, and whether it has, without waiting.
+func (m *Machine) Exited() (Exit, bool) {
+	select {
+	case <-m.exited:
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.exit, true
+	default:
+		return Exit{}, false
+	}
+}
+
 // Delete stops the VM if it runs, removes its definition and every file it
 // had in the state dir but the libvirt root, which goes with the connection.
 func (m *Machine) Delete(ctx context.Context) error {

@@ -258,9 +258,15 @@ func (v *VM) Shutdown(ctx context.Context) error { return v.machine.Shutdown(ctx
 func (v *VM) Kill(ctx context.Context) error { return v.machine.Kill(ctx) }
 
 // Stop shuts the guest down and waits up to grace for it to power off,
-// then stops it hard: a CRI StopContainer with its timeout.
+// then stops it hard: a CRI StopContainer with its timeout. A VM that is
+// not running (never started, or stopped already) returns at once, with
+// its exit if it had one.
 func (v *VM) Stop(ctx context.Context, grace time.Duration) (Exit, error) {
-	if err := v.Shutdown(ctx); err != nil && !errdefs.IsNotFound(err) && !errdefs.IsFailedPrecondition(err) {
+	if err := v.Shutdown(ctx); err != nil {
+		if errdefs.IsNotFound(err) || errdefs.IsFailedPrecondition(err) {
+			exit, _ := v.machine.Exited()
+			return exit, nil
+		}
 		return Exit{}, err
 	}
 	wctx, cancel := context.WithTimeout(ctx, grace)
