@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 )
@@ -60,26 +61,7 @@ func Unpack(archive, dst string) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	f, err := os.Open(archive)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := untar(f, tmp); err != nil {
-		return fmt.Errorf("OCI archive: %w", err)
-	}
-	idx, err := layout.ImageIndexFromPath(tmp)
-	if err != nil {
-		return err
-	}
-	m, err := idx.IndexManifest()
-	if err != nil {
-		return err
-	}
-	if len(m.Manifests) != 1 {
-		return fmt.Errorf("OCI archive holds %d images, want 1", len(m.Manifests))
-	}
-	img, err := idx.Image(m.Manifests[0].Digest)
+	img, err := OpenArchive(archive, tmp)
 	if err != nil {
 		return err
 	}
@@ -89,6 +71,32 @@ func Unpack(archive, dst string) error {
 		return fmt.Errorf("image layers: %w", err)
 	}
 	return nil
+}
+
+// OpenArchive unpacks the OCI archive into the layout dir dir (which must
+// outlive the image: its blobs are read from there) and returns its single
+// image, to serve from a test registry for instance.
+func OpenArchive(archive, dir string) (v1.Image, error) {
+	f, err := os.Open(archive)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if err := untar(f, dir); err != nil {
+		return nil, fmt.Errorf("OCI archive: %w", err)
+	}
+	idx, err := layout.ImageIndexFromPath(dir)
+	if err != nil {
+		return nil, err
+	}
+	m, err := idx.IndexManifest()
+	if err != nil {
+		return nil, err
+	}
+	if len(m.Manifests) != 1 {
+		return nil, fmt.Errorf("OCI archive holds %d images, want 1", len(m.Manifests))
+	}
+	return idx.Image(m.Manifests[0].Digest)
 }
 
 func untar(r io.Reader, dst string) error {
