@@ -47,14 +47,12 @@ type node struct {
 	socket  string
 	crictl  string
 	cgroup  string // the pods' cgroup parent
+	bin     string
 	server  *exec.Cmd
 	logPath string
 }
 
 func TestCrictlVMPod(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("must run as root: network namespaces, CNI, cgroups, QEMU")
-	}
 	n := newNode(t)
 	ref := n.serveImage()
 	n.start()
@@ -65,20 +63,7 @@ func TestCrictlVMPod(t *testing.T) {
 		t.Fatalf("crictl images does not list %s:\n%s", ref, out)
 	}
 
-	podCfg := n.writeJSON("pod.json", map[string]any{
-		"metadata":      map[string]any{"name": "guest", "namespace": "default", "uid": "7e57-c41-0001", "attempt": 0},
-		"hostname":      "guest",
-		"log_directory": filepath.Join(n.dir, "logs", "pod"),
-		"dns_config":    map[string]any{"servers": []string{"10.96.0.10"}, "searches": []string{"default.svc.cluster.local"}},
-		"linux":         map[string]any{"cgroup_parent": n.cgroup},
-	})
-	ctrCfg := n.writeJSON("vm.json", map[string]any{
-		"metadata": map[string]any{"name": "vm"},
-		"image":    map[string]any{"image": ref},
-		"log_path": "vm/0.log",
-		"linux": map[string]any{"resources": map[string]any{
-			"memory_limit_in_bytes": 256 << 20, "cpu_period": 100000, "cpu_quota": 100000, "cpu_shares": 1024}},
-	})
+	podCfg, ctrCfg := n.configs(ref)
 	podID := strings.TrimSpace(n.must("runp", podCfg))
 	var podStatus struct {
 		Status struct {
@@ -126,7 +111,69 @@ func TestCrictlVMPod(t *testing.T) {
 	n.assertNothingLeft()
 }
 
+// configs are the pod and container configs of the test guest pod, as
+// files for crictl, with the image ref.
+func (n *node) configs(ref string) (pod, ctr string) {
+	pod = n.writeJSON("pod.json", map[string]any{
+		"metadata":      map[string]any{"name": "guest", "namespace": "default", "uid": "7e57-c41-0001", "attempt": 0},
+		"hostname":      "guest",
+		"log_directory": filepath.Join(n.dir, "logs", "pod"),
+		"dns_config":    map[string]any{"servers": []string{"10.96.0.10"}, "searches": []string{"default.svc.cluster.local"}},
+		"linux":         map[string]any{"cgroup_parent": n.cgroup},
+	})
+	ctr = n.writeJSON("vm.json", map[string]any{
+		"metadata": map[string]any{"name": "vm"},
+		"image":    map[string]any{"image": ref},
+		"log_path": "vm/0.log",
+		"linux": map[string]any{"resources": map[string]any{
+			"memory_limit_in_bytes": 256 << 20, "cpu_period": 100000, "cpu_quota": 100000, "cpu_shares": 1024}},
+	})
+	return pod, ctr
+}
+
+// TestCrictlServerRestart: a server killed while its VM runs leaves
+// checkpoints; the next one stops that VM (it cannot take it over yet),
+// reports the container exited, and removes the pod with nothing left.
+func TestCrictlServerRestart(t *testing.T) {
+	n := newNode(t)
+	ref := n.serveImage()
+	n.start()
+	n.must("pull", ref)
+	podCfg, ctrCfg := n.configs(ref)
+	podID := strings.TrimSpace(n.must("runp", podCfg))
+	id := strings.TrimSpace(n.must("create", podID, ctrCfg, podCfg))
+	n.must("start", id)
+	n.waitLogs(id, "VMPOD-GUEST: init", 3*time.Minute)
+
+	n.kill()
+	n.start()
+	var st struct {
+		Status struct {
+			State  string
+			Reason string
+		}
+	}
+	n.mustJSON(&st, "inspect", id)
+	if st.Status.State != "CONTAINER_EXITED" || st.Status.Reason != "RuntimeRestarted" {
+		t.Errorf("after a server restart: %+v, want exited, RuntimeRestarted", st.Status)
+	}
+	var pod struct{ Status struct{ State string } }
+	n.mustJSON(&pod, "inspectp", podID)
+	if pod.Status.State != "SANDBOX_READY" {
+		t.Errorf("after a server restart the pod is %s, want ready", pod.Status.State)
+	}
+	n.must("rm", id)
+	n.must("stopp", podID)
+	n.must("rmp", podID)
+	n.must("rmi", ref)
+	n.stop()
+	n.assertNothingLeft()
+}
+
 func newNode(t *testing.T) *node {
+	if os.Geteuid() != 0 {
+		t.Fatal("must run as root: network namespaces, CNI, cgroups, QEMU")
+	}
 	// Short: QEMU's sockets go a few levels below the state root (108-byte
 	// limit).
 	dir, err := os.MkdirTemp("/tmp", "vmpod-cri-")
@@ -242,23 +289,35 @@ func listenIn(t *testing.T, path string) net.Listener {
 	return r.l
 }
 
-// start builds vm-runtime and runs `vm-runtime cri` in the node's
-// namespace until the test ends.
+// start runs `vm-runtime cri` (built once) in the node's namespace until
+// the test ends or stop or kill.
 func (n *node) start() {
 	t := n.t
-	bin := filepath.Join(n.dir, "vm-runtime")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/vm-runtime")
-	build.Dir = repo.Root(t)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build vm-runtime: %v\n%s", err, out)
+	if n.bin == "" {
+		n.bin = filepath.Join(n.dir, "vm-runtime")
+		build := exec.Command("go", "build", "-o", n.bin, "./cmd/vm-runtime")
+		build.Dir = repo.Root(t)
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("build vm-runtime: %v\n%s", err, out)
+		}
+		n.logPath = filepath.Join(n.dir, "cri.log")
+		t.Cleanup(func() {
+			if n.server != nil {
+				n.server.Process.Kill()
+				n.server.Wait()
+			}
+			if t.Failed() {
+				b, _ := os.ReadFile(n.logPath)
+				t.Logf("vm-runtime cri's log:\n%s", b)
+			}
+		})
 	}
-	n.logPath = filepath.Join(n.dir, "cri.log")
-	logf, err := os.Create(n.logPath)
+	logf, err := os.OpenFile(n.logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	n.server = exec.Command("nsenter", "--net="+n.nsPath, bin, "cri",
+	n.server = exec.Command("nsenter", "--net="+n.nsPath, n.bin, "cri",
 		"--listen", "unix://"+n.socket, "--state-root", n.state, "--netns-dir", filepath.Join(n.dir, "netns"),
 		"--cni-conf-dir", filepath.Join(n.dir, "cni", "net.d"), "--cni-bin-dir", "/usr/lib/cni",
 		"--capabilities-cache", filepath.Join(n.dir, "caps"))
@@ -266,16 +325,6 @@ func (n *node) start() {
 	if err := n.server.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if n.server != nil {
-			n.server.Process.Kill()
-			n.server.Wait()
-		}
-		if t.Failed() {
-			b, _ := os.ReadFile(n.logPath)
-			t.Logf("vm-runtime cri's log:\n%s", b)
-		}
-	})
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if _, err := n.crictlRun(10*time.Second, "version"); err == nil {
@@ -285,6 +334,13 @@ func (n *node) start() {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// kill ends the server as a crash would.
+func (n *node) kill() {
+	n.server.Process.Kill()
+	n.server.Wait()
+	n.server = nil
 }
 
 // stop ends the server as its service manager would.
