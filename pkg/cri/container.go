@@ -3,7 +3,6 @@ package cri
 import (
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/containerd/errdefs"
 
@@ -31,7 +30,6 @@ const (
 
 // containerRecord is what a container is, as checkpointed.
 type containerRecord struct {
-	Version     int               `json:"version"`
 	ID          string            `json:"id"`
 	SandboxID   string            `json:"sandboxId"`
 	Name        string            `json:"name"`
@@ -56,15 +54,10 @@ type containerRecord struct {
 	Held vm.Held `json:"held"`
 }
 
-// container is one VM container. Its record changes only through update;
-// no hypervisor call runs under its lock.
+// container is one VM container, its record checkpointed.
 type container struct {
+	*stored[containerRecord]
 	id, sandboxID string // never change
-
-	mu   sync.Mutex
-	rec  containerRecord
-	path string // checkpoint
-	busy string
 
 	// Set from Create until the VM is deleted; nil after a restart.
 	vm  *vm.VM
@@ -73,49 +66,8 @@ type container struct {
 	exited chan struct{}
 }
 
-func (c *container) get() containerRecord {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.rec
-}
-
-// update changes the record through f and checkpoints it; if either
-// fails the record stays as it was.
-func (c *container) update(f func(*containerRecord) error) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	rec := c.rec
-	if err := f(&rec); err != nil {
-		return err
-	}
-	rec.Version = checkpointVersion
-	if err := writeAtomic(c.path, rec); err != nil {
-		return errorf(errdefs.ErrInternal, "checkpoint container %s: %v", rec.ID, err)
-	}
-	c.rec = rec
-	return nil
-}
-
-// begin marks the container busy with op if check passes on its record.
-func (c *container) begin(op string, check func(containerRecord) error) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.busy != "" {
-		return errorf(errdefs.ErrFailedPrecondition, "container %s: %s is under way", c.rec.ID, c.busy)
-	}
-	if check != nil {
-		if err := check(c.rec); err != nil {
-			return err
-		}
-	}
-	c.busy = op
-	return nil
-}
-
-func (c *container) end() {
-	c.mu.Lock()
-	c.busy = ""
-	c.mu.Unlock()
+func newContainer(c Config, rec containerRecord) *container {
+	return &container{stored: newStored("container "+rec.ID, c.containerPath(rec.ID), rec), id: rec.ID, sandboxID: rec.SandboxID}
 }
 
 // record is the VM's vm.Request.Record.

@@ -84,13 +84,13 @@ func (s *Server) CreateContainer(ctx context.Context, r *runtimeapi.CreateContai
 		return nil, err
 	}
 
-	c := &container{id: id, sandboxID: sbRec.ID, rec: rec, path: s.cfg.containerPath(id)}
+	c := newContainer(s.cfg, rec)
 	if err := c.update(func(r *containerRecord) error { *r = rec; return nil }); err != nil {
 		return nil, err
 	}
 	defer func() {
 		if retErr != nil {
-			removeFile(c.path)
+			c.remove()
 		}
 	}()
 	if c.log, err = openCRILog(rec.LogPath); err != nil {

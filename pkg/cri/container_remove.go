@@ -37,9 +37,9 @@ func (s *Server) removeContainer(ctx context.Context, c *container) error {
 		c.end()
 		return errorf(errdefs.ErrFailedPrecondition, "container %s: its VM still holds %+v", rec.ID, rec.Held)
 	}
-	if err := removeFile(c.path); err != nil {
+	if err := c.remove(); err != nil {
 		c.end()
-		return errorf(errdefs.ErrInternal, "container checkpoint: %v", err)
+		return err
 	}
 	s.mu.Lock()
 	delete(s.containers, c.id)

@@ -20,14 +20,8 @@ func (s *Server) ContainerStatus(ctx context.Context, r *runtimeapi.ContainerSta
 // ListContainers lists the containers the filter lets through.
 func (s *Server) ListContainers(ctx context.Context, r *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
 	f := r.GetFilter()
-	s.mu.Lock()
-	cs := make([]*container, 0, len(s.containers))
-	for _, c := range s.containers {
-		cs = append(cs, c)
-	}
-	s.mu.Unlock()
 	resp := &runtimeapi.ListContainersResponse{}
-	for _, c := range cs {
+	for _, c := range snapshot(&s.mu, s.containers) {
 		rec := c.get()
 		state := containerStateOf(rec)
 		switch {

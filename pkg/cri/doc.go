@@ -22,10 +22,10 @@
 //
 // It may import pkg/vm, pkg/vmspec, pkg/node, pkg/virt/libvirt (to open
 // the node's hypervisor), pkg/podcgroup (cgroup paths), pkg/jail (ranges),
-// k8s.io/cri-api, grpc, go-containerregistry, libcni, containerd's errdefs,
-// netlink/netns, the OCI runtime spec and the standard library; never
-// pkg/shim, pkg/podnet, pkg/convert or pkg/host (the VM's making is
-// pkg/vm's).
+// internal/untar, k8s.io/cri-api, grpc, go-containerregistry, libcni,
+// containerd's errdefs and log, netlink/netns, the OCI runtime spec and
+// the standard library; never pkg/shim, pkg/podnet, pkg/convert or
+// pkg/host (the VM's making is pkg/vm's).
 //
 // # NOTES: done and to do
 //

@@ -22,6 +22,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"golang.org/x/sys/unix"
+
+	"github.com/vmpod/vmpod/internal/untar"
 )
 
 // image is one stored image, known by its config digest (its CRI id), as
@@ -29,7 +31,6 @@ import (
 // once, read-only, and every VM of the image boots from it through its own
 // overlay.
 type image struct {
-	Version     int      `json:"version"`
 	ID          string   `json:"id"`
 	RepoTags    []string `json:"repoTags,omitempty"`
 	RepoDigests []string `json:"repoDigests,omitempty"`
@@ -62,12 +63,12 @@ func openImageStore(ctx context.Context, dir string) (*imageStore, error) {
 		if !a.IsDir() || strings.HasPrefix(a.Name(), ".") {
 			continue
 		}
-		imgs, errs := readCheckpoints(filepath.Join(dir, a.Name()), func(i *image) int { return i.Version })
+		imgs, errs := readCheckpoints[image](filepath.Join(dir, a.Name()))
 		for _, err := range errs {
 			log.G(ctx).WithError(err).Warn("skip an image record")
 		}
 		for _, img := range imgs {
-			s.images[img.ID] = img
+			s.images[img.ID] = &img
 		}
 	}
 	return s, nil
@@ -222,8 +223,7 @@ func (s *imageStore) save(img *image) error {
 	if err != nil {
 		return err
 	}
-	img.Version = checkpointVersion
-	if err := writeAtomic(dir+".json", img); err != nil {
+	if err := writeAtomic(dir+".json", checkpoint[image]{Version: checkpointVersion, Record: *img}); err != nil {
 		return errorf(errdefs.ErrInternal, "image record %s: %v", img.ID, err)
 	}
 	return nil
@@ -269,7 +269,7 @@ func unpackImage(img v1.Image, dir string) (*image, error) {
 	defer os.RemoveAll(tmp)
 	rootfs := filepath.Join(tmp, "rootfs")
 	rc := mutate.Extract(img)
-	err = untar(rc, rootfs)
+	err = untar.Extract(rc, rootfs)
 	rc.Close()
 	if err != nil {
 		return nil, fmt.Errorf("unpack: %w", err)

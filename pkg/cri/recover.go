@@ -18,33 +18,33 @@ import (
 // VM it does not manage must not outlive its record. A bad checkpoint is
 // logged and skipped.
 func (s *Server) recover(ctx context.Context) {
-	sbs, errs := readCheckpoints(s.cfg.sandboxCkptDir(), func(r *sandboxRecord) int { return r.Version })
+	sbs, errs := readCheckpoints[sandboxRecord](s.cfg.sandboxCkptDir())
 	for _, err := range errs {
 		log.G(ctx).WithError(err).Warn("skip a sandbox checkpoint")
 	}
 	for _, rec := range sbs {
-		sb := &sandbox{rec: *rec, path: s.cfg.sandboxPath(rec.ID)}
+		sb := newSandbox(s.cfg, rec)
 		if rec.Netns != "" && !exists(rec.Netns) {
 			if err := sb.update(func(r *sandboxRecord) error { r.Netns, r.IPs, r.State = "", nil, sandboxNotReady; return nil }); err != nil {
 				log.G(ctx).WithError(err).Warnf("sandbox %s", rec.ID)
 			}
 		}
 		s.sandboxes[rec.ID] = sb
-		s.names[sandboxName(*rec)] = rec.ID
+		s.names[sandboxName(rec)] = rec.ID
 	}
 
-	cs, errs := readCheckpoints(s.cfg.containerCkptDir(), func(r *containerRecord) int { return r.Version })
+	cs, errs := readCheckpoints[containerRecord](s.cfg.containerCkptDir())
 	for _, err := range errs {
 		log.G(ctx).WithError(err).Warn("skip a container checkpoint")
 	}
 	for _, rec := range cs {
-		c := &container{id: rec.ID, sandboxID: rec.SandboxID, rec: *rec, path: s.cfg.containerPath(rec.ID)}
+		c := newContainer(s.cfg, rec)
 		if err := s.undoLeftover(ctx, c); err != nil {
 			log.G(ctx).WithError(err).Errorf("container %s: undo what its VM held (its checkpoint keeps it)", rec.ID)
 		}
 		s.containers[rec.ID] = c
 		if sb := s.sandboxes[rec.SandboxID]; sb != nil {
-			s.names[containerName(*rec, sb.rec)] = rec.ID
+			s.names[containerName(rec, sb.get())] = rec.ID
 		}
 	}
 }

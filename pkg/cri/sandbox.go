@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 
 	"github.com/containerd/errdefs"
 	"github.com/vmpod/vmpod/pkg/jail"
@@ -27,7 +26,6 @@ const (
 
 // sandboxRecord is what a sandbox is, as checkpointed.
 type sandboxRecord struct {
-	Version        int               `json:"version"`
 	ID             string            `json:"id"`
 	Name           string            `json:"name"`
 	Namespace      string            `json:"namespace"`
@@ -47,54 +45,13 @@ type sandboxRecord struct {
 	IPs   []string `json:"ips,omitempty"`
 }
 
-// sandbox is one pod. Its record changes only through update, which
-// saves it; no hypervisor or CNI call runs under its lock.
+// sandbox is one pod, its record checkpointed.
 type sandbox struct {
-	mu   sync.Mutex
-	rec  sandboxRecord
-	path string // checkpoint
-	// busy is set while a Stop or Remove is under way.
-	busy string
+	*stored[sandboxRecord]
 }
 
-func (sb *sandbox) get() sandboxRecord {
-	sb.mu.Lock()
-	defer sb.mu.Unlock()
-	return sb.rec
-}
-
-// update changes the record through f and checkpoints it; if either
-// fails the record stays as it was.
-func (sb *sandbox) update(f func(*sandboxRecord) error) error {
-	sb.mu.Lock()
-	defer sb.mu.Unlock()
-	rec := sb.rec
-	if err := f(&rec); err != nil {
-		return err
-	}
-	rec.Version = checkpointVersion
-	if err := writeAtomic(sb.path, rec); err != nil {
-		return errorf(errdefs.ErrInternal, "checkpoint sandbox %s: %v", rec.ID, err)
-	}
-	sb.rec = rec
-	return nil
-}
-
-// begin marks the sandbox busy with op, or says who is.
-func (sb *sandbox) begin(op string) error {
-	sb.mu.Lock()
-	defer sb.mu.Unlock()
-	if sb.busy != "" {
-		return errorf(errdefs.ErrFailedPrecondition, "sandbox %s: %s is under way", sb.rec.ID, sb.busy)
-	}
-	sb.busy = op
-	return nil
-}
-
-func (sb *sandbox) end() {
-	sb.mu.Lock()
-	sb.busy = ""
-	sb.mu.Unlock()
+func newSandbox(c Config, rec sandboxRecord) *sandbox {
+	return &sandbox{newStored("sandbox "+rec.ID, c.sandboxPath(rec.ID), rec)}
 }
 
 // sandboxName is the name the kubelet reserves per sandbox, as containerd

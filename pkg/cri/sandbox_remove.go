@@ -22,7 +22,7 @@ func (s *Server) RemovePodSandbox(ctx context.Context, r *runtimeapi.RemovePodSa
 	if _, err := s.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.get().ID}); err != nil {
 		return nil, err
 	}
-	if err := sb.begin("remove"); err != nil {
+	if err := sb.begin("remove", nil); err != nil {
 		return nil, err
 	}
 	defer sb.end()
@@ -37,8 +37,8 @@ func (s *Server) RemovePodSandbox(ctx context.Context, r *runtimeapi.RemovePodSa
 	if err := s.removePodDir(rec.ID); err != nil {
 		return nil, err
 	}
-	if err := removeFile(sb.path); err != nil {
-		return nil, errorf(errdefs.ErrInternal, "sandbox checkpoint: %v", err)
+	if err := sb.remove(); err != nil {
+		return nil, err
 	}
 	s.mu.Lock()
 	delete(s.sandboxes, rec.ID)

@@ -43,7 +43,7 @@ func (s *Server) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandboxR
 		}
 	}()
 
-	sb := &sandbox{rec: rec, path: s.cfg.sandboxPath(id)}
+	sb := newSandbox(s.cfg, rec)
 	// The record first: whatever follows is named in it for the undo.
 	rec.Netns = filepath.Join(s.cfg.NetnsDir, id[:podDirIDLen])
 	if err := sb.update(func(r *sandboxRecord) error { *r = rec; return nil }); err != nil {
@@ -54,7 +54,7 @@ func (s *Server) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandboxR
 			if err := s.teardownSandbox(context.WithoutCancel(ctx), sb); err != nil {
 				log.G(ctx).WithError(err).Warnf("undo sandbox %s", id)
 			} else {
-				removeFile(sb.path)
+				sb.remove()
 			}
 		}
 	}()

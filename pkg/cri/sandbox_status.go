@@ -2,8 +2,11 @@ package cri
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -42,14 +45,8 @@ func (s *Server) PodSandboxStatus(ctx context.Context, r *runtimeapi.PodSandboxS
 // ListPodSandbox lists the sandboxes the filter lets through.
 func (s *Server) ListPodSandbox(ctx context.Context, r *runtimeapi.ListPodSandboxRequest) (*runtimeapi.ListPodSandboxResponse, error) {
 	f := r.GetFilter()
-	s.mu.Lock()
-	sbs := make([]*sandbox, 0, len(s.sandboxes))
-	for _, sb := range s.sandboxes {
-		sbs = append(sbs, sb)
-	}
-	s.mu.Unlock()
 	resp := &runtimeapi.ListPodSandboxResponse{}
-	for _, sb := range sbs {
+	for _, sb := range snapshot(&s.mu, s.sandboxes) {
 		rec := sb.get()
 		state := sandboxStateOf(rec)
 		switch {
@@ -78,6 +75,13 @@ func sandboxStateOf(rec sandboxRecord) runtimeapi.PodSandboxState {
 		return runtimeapi.PodSandboxState_SANDBOX_READY
 	}
 	return runtimeapi.PodSandboxState_SANDBOX_NOTREADY
+}
+
+// snapshot is m's values, taken under mu, to walk without it.
+func snapshot[T any](mu *sync.Mutex, m map[string]T) []T {
+	mu.Lock()
+	defer mu.Unlock()
+	return slices.Collect(maps.Values(m))
 }
 
 // matchLabels says whether labels hold every pair of the selector.

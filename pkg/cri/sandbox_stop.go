@@ -15,7 +15,7 @@ func (s *Server) StopPodSandbox(ctx context.Context, r *runtimeapi.StopPodSandbo
 	if err != nil {
 		return nil, err
 	}
-	if err := sb.begin("stop"); err != nil {
+	if err := sb.begin("stop", nil); err != nil {
 		return nil, err
 	}
 	defer sb.end()

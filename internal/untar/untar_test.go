@@ -1,4 +1,4 @@
-package cri
+package untar
 
 import (
 	"archive/tar"
@@ -48,7 +48,7 @@ func TestUntarStaysInside(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			top := t.TempDir()
 			dst := filepath.Join(top, "a", "rootfs")
-			_ = untar(tarOf(t, entries...), dst) // refusing is fine too
+			_ = Extract(tarOf(t, entries...), dst) // refusing is fine too
 			for _, p := range []string{filepath.Join(top, "escaped"), filepath.Join(top, "a", "escaped"), "/escaped"} {
 				if _, err := os.Lstat(p); err == nil {
 					t.Errorf("%s was written outside the rootfs", p)
@@ -60,7 +60,7 @@ func TestUntarStaysInside(t *testing.T) {
 
 func TestUntarDiskImage(t *testing.T) {
 	dst := filepath.Join(t.TempDir(), "rootfs")
-	err := untar(tarOf(t,
+	err := Extract(tarOf(t,
 		entry{name: "disk/", typ: tar.TypeDir},
 		entry{name: "disk/guest.qcow2", typ: tar.TypeReg, body: "QFI"},
 		entry{name: "boot/vmlinuz", typ: tar.TypeReg, body: "kernel"},
@@ -72,16 +72,5 @@ func TestUntarDiskImage(t *testing.T) {
 		if b, err := os.ReadFile(filepath.Join(dst, p)); err != nil || string(b) != want {
 			t.Errorf("%s: %q, %v; want %q", p, b, err, want)
 		}
-	}
-	rec := &image{}
-	if err := readOnly(dst, rec); err != nil {
-		t.Fatal(err)
-	}
-	fi, err := os.Stat(filepath.Join(dst, "disk", "guest.qcow2"))
-	if err != nil || fi.Mode().Perm()&0o222 != 0 {
-		t.Errorf("disk after readOnly: %v, %v; want no write bits", fi.Mode(), err)
-	}
-	if rec.Inodes != 5 || rec.Size == 0 {
-		t.Errorf("counted %d inodes, %d bytes; want 5 inodes (rootfs, disk, boot and 2 files) and some bytes", rec.Inodes, rec.Size)
 	}
 }

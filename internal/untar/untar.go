@@ -1,4 +1,7 @@
-package cri
+// Package untar writes a tar stream (an image's layers, an OCI archive)
+// under a dir without letting any name in it reach outside. It may import
+// filepath-securejoin, golang.org/x/sys/unix and the standard library.
+package untar
 
 import (
 	"archive/tar"
@@ -13,12 +16,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// untar writes the flattened image stream r under dst. The image is the
-// pod author's: every name resolves inside dst (securejoin), so neither a
+// Extract writes the tar stream r under dst. Its content is the pod
+// author's: every name resolves inside dst (securejoin), so neither a
 // ../ nor a symlink the image made earlier can take a write outside it;
 // files are created without following links. Device nodes, fifos and
-// sockets are skipped: a VM image has no use for them on the host.
-func untar(r io.Reader, dst string) error {
+// sockets are skipped: an image has no use for them on the host.
+func Extract(r io.Reader, dst string) error {
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return err
 	}
