@@ -29,22 +29,35 @@
 //
 // # NOTES: done and to do
 //
-// Done (first vertical slice, driven by crictl in cri_test.go):
-//   - Version, Status; the RPCs not listed here answer Unimplemented.
+// Done (first vertical slice; test/cri drives it with crictl, as root:
+// go test -v ./test/cri, with the test guest built by make guest):
+//   - Version, Status (NetworkReady when the CNI conf dir has a config);
+//     every RPC not listed here answers Unimplemented.
 //   - Images: PullImage through go-containerregistry with the request's
-//     auth; stored by config digest under <state root>/images, unpacked
-//     once, read-only; ListImages, ImageStatus, RemoveImage, ImageFsInfo
-//     with the unpacked sizes.
-//   - RunPodSandbox (netns + CNI ADD), StopPodSandbox (VM stopped, CNI DEL,
-//     netns removed), RemovePodSandbox, PodSandboxStatus (pod IP),
-//     ListPodSandbox.
-//   - CreateContainer, StartContainer, StopContainer (ACPI, then hard
-//     stop after the timeout), RemoveContainer, ContainerStatus,
-//     ListContainers; the CRI log file in the kubelet's format;
-//     ReopenContainerLog.
-//   - Checkpoints; on restart a VM found in a checkpoint is undone
-//     (vm.Undo) and its container reported exited: nothing leaks, but
-//     the VM does not survive the restart.
+//     auth; stored by config digest under <state root>/images (record
+//     <algo>/<hex>.json, files <algo>/<hex>/rootfs), unpacked once through
+//     internal/untar and made read-only; ListImages, ImageStatus,
+//     RemoveImage (refused while a container names the image),
+//     ImageFsInfo. Sizes are what the unpacked image takes on disk
+//     (st_blocks), not the compressed layers.
+//   - RunPodSandbox (pod dir, resolv.conf from the DNS config, netns
+//     under --netns-dir with lo up, CNI ADD), StopPodSandbox (containers
+//     stopped hard, CNI DEL, netns removed), RemovePodSandbox (containers
+//     removed, pod dir and QEMU uid lease released), PodSandboxStatus
+//     (pod IPs), ListPodSandbox (id prefix, state, labels).
+//   - CreateContainer (the CRI config turned into the OCI spec containerd
+//     would write, then vmspec.FromOCI, so both front doors read a pod
+//     alike; vm.Create on a thread in the pod netns), StartContainer
+//     (vm.Start there too), StopContainer (ACPI, hard stop after the
+//     timeout), RemoveContainer, ContainerStatus, ListContainers,
+//     ReopenContainerLog; the CRI log file in the kubelet's format. A
+//     VM is deleted (vm.Delete) as soon as it stops: an exited container
+//     holds nothing but its record and log, and a restarted container
+//     gets a fresh overlay.
+//   - Checkpoints (atomic, versioned) per sandbox and container; on
+//     restart a VM found in a checkpoint is undone (vm.Undo) and its
+//     container reported exited, Reason RuntimeRestarted: nothing leaks,
+//     but the VM does not survive the restart (TestCrictlServerRestart).
 //
 // To do, in order:
 //   - Reattach after a restart instead of undoing: pkg/vm needs a way to
@@ -57,12 +70,17 @@
 //     ListPodSandboxStats from vm.Stats; UpdateContainerResources through
 //     vm.Update.
 //   - A pod cgroup when the sandbox names no cgroup_parent (critest sends
-//     none): today CreateContainer refuses.
+//     none): today CreateContainer refuses. The systemd driver's form
+//     (<slice>:cri-vmpod:<id>) is written but untested here.
 //   - QEMU's jail shows it libvirt's secret dir (<libvirt root>/lib/qemu):
 //     with one libvirt root for the node that is every pod's; narrow
 //     jail.Spec.SecretDir to the domain's own dir in pkg/vm.
-//   - Image pulls: no per-layer dedup (each image is unpacked whole), no
-//     pull progress or cancellation of a pull another caller waits for.
+//   - libvirt threads started from the thread in a pod's netns (during
+//     Create/Start) stay in that netns; check which libvirt starts there
+//     and whether a netns then outlives its pod.
+//   - Images: pulls are serialized (one unpack at a time), no per-layer
+//     dedup, no pull progress; RemoveImage's in-use check races with a
+//     CreateContainer of the same image.
 //   - critest in make test, the second kubelet node, docs/install.md and a
 //     systemd unit for VM-only nodes.
 package cri
