@@ -19,6 +19,10 @@ Usage:
       containerd's runtime v2 shim for RuntimeClass handlers with
       runtime_type io.containerd.vmpod.v2 (containerd runs it as
       containerd-shim-vmpod-v2, a link to this binary).
+  vm-runtime cri [--listen unix:///run/vmpod/cri.sock] [--state-root /var/lib/vmpod]
+                 [--cni-conf-dir /etc/cni/net.d] [--cni-bin-dir /opt/cni/bin,/usr/lib/cni]
+      A CRI server (runtime and image services) for VM-only nodes whose
+      kubelet's containerRuntimeEndpoint points at it: every pod is a VM.
   vm-runtime render -f pod.yaml [--capabilities caps.xml [--domain-capabilities domcaps.xml]]
       Print the libvirt domain XML the pod becomes on this node (or on the
       node whose capabilities are given). Exit 2 if the pod is invalid.
@@ -61,6 +65,8 @@ func run(argv0 string, args []string) int {
 		memdebug.Start()
 		shim.Run(argv0, args[1:])
 		return 0
+	case "cri":
+		return criCmd(args[1:])
 	case "render":
 		return renderCmd(args[1:])
 	case "labeller":

@@ -1,22 +1,21 @@
 // Package testguest gives tests the test guest that hack/guest/build.sh
 // builds: its files, and its containerdisk unpacked the way a container
-// runtime unpacks an image. It may import go-containerregistry and the
-// standard library.
+// runtime unpacks an image. It may import go-containerregistry, internal/untar
+// and the standard library.
 package testguest
 
 import (
-	"archive/tar"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"testing"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+
+	"github.com/vmpod/vmpod/internal/untar"
 )
 
 // Image is the containerdisk's image reference.
@@ -60,74 +59,40 @@ func Unpack(archive, dst string) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	f, err := os.Open(archive)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := untar(f, tmp); err != nil {
-		return fmt.Errorf("OCI archive: %w", err)
-	}
-	idx, err := layout.ImageIndexFromPath(tmp)
-	if err != nil {
-		return err
-	}
-	m, err := idx.IndexManifest()
-	if err != nil {
-		return err
-	}
-	if len(m.Manifests) != 1 {
-		return fmt.Errorf("OCI archive holds %d images, want 1", len(m.Manifests))
-	}
-	img, err := idx.Image(m.Manifests[0].Digest)
+	img, err := OpenArchive(archive, tmp)
 	if err != nil {
 		return err
 	}
 	fs := mutate.Extract(img)
 	defer fs.Close()
-	if err := untar(fs, dst); err != nil {
+	if err := untar.Extract(fs, dst); err != nil {
 		return fmt.Errorf("image layers: %w", err)
 	}
 	return nil
 }
 
-func untar(r io.Reader, dst string) error {
-	tr := tar.NewReader(r)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		name := filepath.Clean(h.Name)
-		if filepath.IsAbs(name) || strings.HasPrefix(name, "..") {
-			return fmt.Errorf("entry %q leaves the archive", h.Name)
-		}
-		p := filepath.Join(dst, name)
-		switch h.Typeflag {
-		case tar.TypeDir:
-			if err := os.MkdirAll(p, 0o755); err != nil {
-				return err
-			}
-		case tar.TypeReg:
-			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-				return err
-			}
-			f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, os.FileMode(h.Mode)&0o777)
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(f, tr)
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return err
-			}
-		default:
-			return fmt.Errorf("entry %q: unexpected type %c", h.Name, h.Typeflag)
-		}
+// OpenArchive unpacks the OCI archive into the layout dir dir (which must
+// outlive the image: its blobs are read from there) and returns its single
+// image, to serve from a test registry for instance.
+func OpenArchive(archive, dir string) (v1.Image, error) {
+	f, err := os.Open(archive)
+	if err != nil {
+		return nil, err
 	}
+	defer f.Close()
+	if err := untar.Extract(f, dir); err != nil {
+		return nil, fmt.Errorf("OCI archive: %w", err)
+	}
+	idx, err := layout.ImageIndexFromPath(dir)
+	if err != nil {
+		return nil, err
+	}
+	m, err := idx.IndexManifest()
+	if err != nil {
+		return nil, err
+	}
+	if len(m.Manifests) != 1 {
+		return nil, fmt.Errorf("OCI archive holds %d images, want 1", len(m.Manifests))
+	}
+	return idx.Image(m.Manifests[0].Digest)
 }

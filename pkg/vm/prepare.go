@@ -20,8 +20,9 @@ import (
 
 // Network is the pod network a VM takes over.
 type Network struct {
-	// Netns is the pod's network namespace, which the calling process
-	// must be in (AttachNetwork checks).
+	// Netns is the pod's network namespace, which the calling thread
+	// must be in (AttachNetwork checks): the whole process, or a thread
+	// locked to the caller's goroutine that entered it.
 	Netns string
 	// Interface is the pod interface CNI made (DefaultPodInterface when
 	// empty); Tap the tap to make beside it for the guest (DefaultTap).
@@ -79,10 +80,14 @@ func AttachNetwork(s vmspec.Spec, n Network) (*podnet.Attachment, map[string]con
 	return a, map[string]convert.NIC{s.NICs[0].Name: nic}, nil
 }
 
-// inNetns reports whether this process is in the namespace at path.
+// inNetns reports whether the calling thread is in the namespace at path:
+// the whole process (a shim started in the pod's netns) or a thread that
+// entered it, locked to its goroutine (a runtime serving many pods, the
+// CRI server), since tun, sysctl and netlink calls act in the calling
+// thread's namespace.
 func inNetns(path string) bool {
 	var want, have unix.Stat_t
-	return unix.Stat(path, &want) == nil && unix.Stat("/proc/self/ns/net", &have) == nil &&
+	return unix.Stat(path, &want) == nil && unix.Stat("/proc/thread-self/ns/net", &have) == nil &&
 		want.Dev == have.Dev && want.Ino == have.Ino
 }
 

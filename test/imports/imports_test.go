@@ -101,7 +101,8 @@ func TestOneCgoPackage(t *testing.T) {
 }
 
 // TestFrontDoorsAreThin: a VM's making and undoing is pkg/vm's. The shim
-// translates its requests into pkg/vm's and imports none of the packages
+// and the CRI server translate their requests into pkg/vm's and import
+// none of the packages
 // that make a VM's parts (the pod network, the domain XML, QEMU's jail
 // spec is set up through vm.LeaseJail); pkg/vm opens no libvirt itself
 // (the front door's Opener does) and imports no front door.
@@ -109,7 +110,8 @@ func TestFrontDoorsAreThin(t *testing.T) {
 	pkgs := listPackages(t)
 	rules := map[string][]string{
 		module + "/pkg/shim": {module + "/pkg/podnet", module + "/pkg/convert", module + "/pkg/host"},
-		module + "/pkg/vm":   {module + "/pkg/shim", module + "/pkg/node", module + "/pkg/virt/libvirt", "libvirt.org/go/libvirt"},
+		module + "/pkg/vm":   {module + "/pkg/shim", module + "/pkg/cri", module + "/pkg/node", module + "/pkg/virt/libvirt", "libvirt.org/go/libvirt"},
+		module + "/pkg/cri":  {module + "/pkg/shim", module + "/pkg/podnet", module + "/pkg/convert", module + "/pkg/host"},
 	}
 	for path, forbidden := range rules {
 		p, ok := pkgs[path]

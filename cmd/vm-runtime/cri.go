@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/vmpod/vmpod/pkg/cri"
+	"github.com/vmpod/vmpod/pkg/jail"
+	"github.com/vmpod/vmpod/pkg/node"
+)
+
+func criCmd(args []string) int {
+	fs := flag.NewFlagSet("cri", flag.ContinueOnError)
+	listen := fs.String("listen", "unix:///run/vmpod/cri.sock", "the CRI socket the kubelet's containerRuntimeEndpoint names")
+	stateRoot := fs.String("state-root", "/var/lib/vmpod", "images, pods' dirs, libvirt's root and checkpoints (on disk)")
+	netnsDir := fs.String("netns-dir", "/run/vmpod/netns", "where pod network namespaces are mounted")
+	cniConf := fs.String("cni-conf-dir", "/etc/cni/net.d", "the node's CNI config dir; its first file by name is the pod network")
+	cniBin := fs.String("cni-bin-dir", "/opt/cni/bin,/usr/lib/cni", "comma-separated dirs of CNI plugins")
+	capsCache := fs.String("capabilities-cache", DefaultCapsCache, "node-wide warm copy of libvirt's QEMU capabilities")
+	kvmCache := fs.String("kvm-cache", node.DefaultKVMCache, "node-wide KVM probe verdict")
+	uids := fs.String("qemu-uids", "", "FIRST:COUNT uids for QEMU processes, one per pod (default: the jail's range)")
+	diskCap := fs.String("disk-cap", "20Gi", "the most a VM's disk overlay may grow to")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintln(os.Stderr, "cri: unexpected arguments:", fs.Args())
+		return 2
+	}
+	cfg := cri.Config{StateRoot: *stateRoot, NetnsDir: *netnsDir, CNIConfDir: *cniConf,
+		CNIBinDirs: strings.Split(*cniBin, ","), CapsCache: *capsCache, KVMCache: *kvmCache}
+	if *uids != "" {
+		r, err := jail.ParseRange(*uids)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "cri: --qemu-uids:", err)
+			return 2
+		}
+		cfg.UIDs = r
+	}
+	q, err := resource.ParseQuantity(*diskCap)
+	if err != nil || q.Sign() <= 0 {
+		fmt.Fprintf(os.Stderr, "cri: --disk-cap %q: want a positive quantity of bytes such as 20Gi\n", *diskCap)
+		return 2
+	}
+	cfg.DiskCap = uint64(q.Value())
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	s, err := cri.New(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cri:", err)
+		return 1
+	}
+	defer s.Close()
+	if err := s.Serve(ctx, *listen); err != nil {
+		fmt.Fprintln(os.Stderr, "cri:", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,79 @@
+package cri
+
+import (
+	"path/filepath"
+
+	"github.com/vmpod/vmpod/pkg/jail"
+	"github.com/vmpod/vmpod/pkg/node"
+)
+
+// Config is where the server keeps things and what the node gives it.
+type Config struct {
+	// StateRoot holds the images, the pods' dirs, the node's libvirt root,
+	// QEMU's uid leases and the checkpoints (on disk: VM disk overlays
+	// live there).
+	StateRoot string
+	// NetnsDir is where pod network namespaces are bind-mounted.
+	NetnsDir string
+	// CNIConfDir and CNIBinDirs are the node's CNI config and plugins, as
+	// containerd's: the first config file in the dir, by name, is the pod
+	// network.
+	CNIConfDir string
+	CNIBinDirs []string
+	// CapsCache and KVMCache are the node-wide caches every vmpod process
+	// shares (node.Options).
+	CapsCache, KVMCache string
+	// UIDs are the uids QEMU processes run as, one per pod.
+	UIDs jail.Range
+	// DiskCap is the most a VM's disk overlay may grow to.
+	DiskCap uint64
+}
+
+// DefaultDiskCap is the default Config.DiskCap: 20 GiB, as the shim's.
+const DefaultDiskCap = 20 << 30
+
+// WithDefaults fills what c leaves empty with the node's usual places.
+func (c Config) WithDefaults() Config {
+	if c.StateRoot == "" {
+		c.StateRoot = "/var/lib/vmpod"
+	}
+	if c.NetnsDir == "" {
+		c.NetnsDir = "/run/vmpod/netns"
+	}
+	if c.CNIConfDir == "" {
+		c.CNIConfDir = "/etc/cni/net.d"
+	}
+	if len(c.CNIBinDirs) == 0 {
+		c.CNIBinDirs = []string{"/opt/cni/bin", "/usr/lib/cni"}
+	}
+	if c.CapsCache == "" {
+		c.CapsCache = "/var/cache/vmpod/qemu-capabilities"
+	}
+	if c.KVMCache == "" {
+		c.KVMCache = node.DefaultKVMCache
+	}
+	if c.UIDs.Count == 0 {
+		c.UIDs = jail.DefaultRange
+	}
+	if c.DiskCap == 0 {
+		c.DiskCap = DefaultDiskCap
+	}
+	return c
+}
+
+func (c Config) libvirtRoot() string    { return filepath.Join(c.StateRoot, "libvirt") }
+func (c Config) imageDir() string       { return filepath.Join(c.StateRoot, "images") }
+func (c Config) checkpointDir() string  { return filepath.Join(c.StateRoot, "cri") }
+func (c Config) cniCacheDir() string    { return filepath.Join(c.StateRoot, "cni-cache") }
+func (c Config) sandboxCkptDir() string { return filepath.Join(c.checkpointDir(), "sandboxes") }
+func (c Config) containerCkptDir() string {
+	return filepath.Join(c.checkpointDir(), "containers")
+}
+
+func (c Config) sandboxPath(id string) string {
+	return filepath.Join(c.sandboxCkptDir(), id+".json")
+}
+
+func (c Config) containerPath(id string) string {
+	return filepath.Join(c.containerCkptDir(), id+".json")
+}

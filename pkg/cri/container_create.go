@@ -1,0 +1,262 @@
+package cri
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path"
+	"path/filepath"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/vmpod/vmpod/pkg/podcgroup"
+	"github.com/vmpod/vmpod/pkg/vm"
+	"github.com/vmpod/vmpod/pkg/vmspec"
+)
+
+// CreateContainer makes the pod's VM up to a defined, not yet started
+// domain, through vm.Create, in the pod's network namespace. A pod has
+// one VM: a second container while the first has not exited is refused.
+func (s *Server) CreateContainer(ctx context.Context, r *runtimeapi.CreateContainerRequest) (_ *runtimeapi.CreateContainerResponse, retErr error) {
+	sb, err := s.sandbox(r.GetPodSandboxId())
+	if err != nil {
+		return nil, err
+	}
+	sbRec := sb.get()
+	if sbRec.State != sandboxReady {
+		return nil, errorf(errdefs.ErrFailedPrecondition, "sandbox %s is not ready", sbRec.ID)
+	}
+	cfg := r.GetConfig()
+	if cfg.GetMetadata().GetName() == "" {
+		return nil, errorf(errdefs.ErrInvalidArgument, "container metadata needs a name")
+	}
+	for _, other := range s.containersOf(sbRec.ID) {
+		if o := other.get(); o.State != containerExited {
+			return nil, errorf(errdefs.ErrFailedPrecondition,
+				"sandbox %s has container %s (%s) %s: a VM pod has exactly one container", sbRec.ID, o.Name, o.ID, o.State)
+		}
+	}
+	img, ok := s.images.Get(cfg.GetImage().GetImage())
+	if !ok {
+		return nil, errorf(errdefs.ErrNotFound, "image %q is not pulled", cfg.GetImage().GetImage())
+	}
+	rootfs, err := s.images.Rootfs(img.ID)
+	if err != nil {
+		return nil, err
+	}
+
+	id := newID()
+	rec := containerRecord{
+		ID: id, SandboxID: sbRec.ID, Name: cfg.GetMetadata().GetName(), Attempt: cfg.GetMetadata().GetAttempt(),
+		Labels: cfg.GetLabels(), Annotations: cfg.GetAnnotations(),
+		Image: cfg.GetImage().GetImage(), ImageID: img.ID,
+		State: containerCreated, CreatedAt: time.Now().UnixNano(),
+	}
+	if sbRec.LogDir != "" && cfg.GetLogPath() != "" {
+		rec.LogPath = filepath.Join(sbRec.LogDir, cfg.GetLogPath())
+	}
+	name := containerName(rec, sbRec)
+	if err := s.reserve(name, id); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if retErr != nil {
+			s.release(name, id)
+		}
+	}()
+
+	oci, err := ociSpec(sbRec, cfg, img)
+	if err != nil {
+		return nil, err
+	}
+	spec, err := vmspec.FromOCI(oci)
+	if err != nil {
+		return nil, err
+	}
+	cg, err := containerCgroup(sbRec.CgroupParent, id)
+	if err != nil {
+		return nil, err
+	}
+
+	c := newContainer(s.cfg, rec)
+	if err := c.update(func(r *containerRecord) error { *r = rec; return nil }); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if retErr != nil {
+			c.remove()
+		}
+	}()
+	if c.log, err = openCRILog(rec.LogPath); err != nil {
+		return nil, errorf(errdefs.ErrInternal, "container log: %v", err)
+	}
+	defer func() {
+		if retErr != nil {
+			c.log.Close()
+		}
+	}()
+
+	// libvirt opens here, in the server's namespace, not the pod's.
+	env, err := s.hypervisor(ctx)
+	if err != nil {
+		return nil, err
+	}
+	open := func(context.Context) (vm.Env, error) {
+		j, err := s.jail(sbRec.ID)
+		if err != nil {
+			return vm.Env{}, err
+		}
+		e := env
+		e.Jail = j
+		return e, nil
+	}
+	req := vm.Request{
+		Spec:       spec,
+		Layout:     s.layout(sbRec.ID),
+		Rootfs:     rootfs,
+		Network:    vm.Network{Netns: sbRec.Netns, Interface: podInterface, ResolvConf: s.resolvConf(sbRec.ID), Hostname: sbRec.Hostname},
+		InstanceID: sbRec.UID,
+		Cgroup:     cg,
+		CPU:        oci.Linux.Resources.CPU,
+		ConsoleOut: c.log,
+		Record:     c.record,
+	}
+	req.BlockDevices, err = blockDevices(cfg.GetDevices())
+	if err != nil {
+		return nil, err
+	}
+	if ci := spec.CloudInit; ci != nil && ci.Volume != "" {
+		req.CloudInitDir = mountSource(cfg.GetMounts(), ci.VolumeMountPath)
+	}
+	err = inNetns(sbRec.Netns, func() error {
+		var err error
+		c.vm, err = vm.Create(ctx, req, open)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.containers[id] = c
+	s.mu.Unlock()
+	log.G(ctx).Infof("container %s of sandbox %s: VM %s defined", id, sbRec.ID, spec.Name)
+	return &runtimeapi.CreateContainerResponse{ContainerId: id}, nil
+}
+
+// ociSpec is the OCI runtime spec containerd's CRI plugin would write for
+// the container, as far as vmspec.FromOCI reads it: the CRI annotations,
+// the pod's and the container's vmpod.io/ annotations, the resources, the
+// block devices and the mounts. So a pod means the same VM through either
+// front door.
+func ociSpec(sb sandboxRecord, cfg *runtimeapi.ContainerConfig, img image) (*specs.Spec, error) {
+	ann := map[string]string{}
+	for _, src := range []map[string]string{sb.Annotations, cfg.GetAnnotations()} {
+		for k, v := range src {
+			if ok, _ := path.Match("vmpod.io/*", k); ok {
+				ann[k] = v
+			}
+		}
+	}
+	maps.Copy(ann, map[string]string{
+		vmspec.CRIContainerType:    vmspec.CRIContainerTypeCntr,
+		vmspec.CRIContainerName:    cfg.GetMetadata().GetName(),
+		vmspec.CRIImageName:        cfg.GetImage().GetImage(),
+		vmspec.CRISandboxID:        sb.ID,
+		vmspec.CRISandboxName:      sb.Name,
+		vmspec.CRISandboxNamespace: sb.Namespace,
+		vmspec.CRISandboxUID:       sb.UID,
+	})
+	res := cfg.GetLinux().GetResources()
+	spec := &specs.Spec{
+		Hostname:    sb.Hostname,
+		Annotations: ann,
+		Process:     &specs.Process{},
+		Linux:       &specs.Linux{Resources: &specs.LinuxResources{CPU: &specs.LinuxCPU{}, Memory: &specs.LinuxMemory{}}},
+	}
+	if v := res.GetMemoryLimitInBytes(); v > 0 {
+		spec.Linux.Resources.Memory.Limit = &v
+	}
+	if v := res.GetCpuPeriod(); v > 0 {
+		p := uint64(v)
+		spec.Linux.Resources.CPU.Period = &p
+	}
+	if v := res.GetCpuQuota(); v > 0 {
+		spec.Linux.Resources.CPU.Quota = &v
+	}
+	if v := res.GetCpuShares(); v > 0 {
+		sh := uint64(v)
+		spec.Linux.Resources.CPU.Shares = &sh
+	}
+	if cfg.GetLinux().GetSecurityContext().GetPrivileged() {
+		// What containerd writes for a privileged container, which
+		// FromOCI refuses with its reason.
+		spec.Process.Capabilities = &specs.LinuxCapabilities{Bounding: []string{"CAP_SYS_ADMIN", "CAP_SYS_MODULE"}}
+	}
+	devs, err := blockDevices(cfg.GetDevices())
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range devs {
+		spec.Linux.Devices = append(spec.Linux.Devices, specs.LinuxDevice{Path: d.Path, Type: "b", Major: d.Major, Minor: d.Minor})
+	}
+	for _, m := range cfg.GetMounts() {
+		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: m.GetContainerPath(), Source: m.GetHostPath()})
+	}
+	return spec, nil
+}
+
+// blockDevices are the block devices the kubelet hands the container (its
+// volumeDevices), by their numbers on the host; others are ignored.
+func blockDevices(devs []*runtimeapi.Device) ([]vm.BlockDevice, error) {
+	var out []vm.BlockDevice
+	for _, d := range devs {
+		var st unix.Stat_t
+		if err := unix.Stat(d.GetHostPath(), &st); err != nil {
+			return nil, errorf(errdefs.ErrInvalidArgument, "device %s: %v", d.GetHostPath(), err)
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFBLK {
+			continue
+		}
+		out = append(out, vm.BlockDevice{Path: d.GetContainerPath(),
+			Major: int64(unix.Major(st.Rdev)), Minor: int64(unix.Minor(st.Rdev))})
+	}
+	return out, nil
+}
+
+// mountSource is the host dir mounted at dest in the container, "" if
+// none.
+func mountSource(mounts []*runtimeapi.Mount, dest string) string {
+	for _, m := range mounts {
+		if m.GetContainerPath() == dest {
+			return m.GetHostPath()
+		}
+	}
+	return ""
+}
+
+// containerCgroup is QEMU's cgroup: the container's, under the pod's
+// cgroup parent, in the form of the parent's driver, as containerd names
+// it (cgroupfs: <parent>/<id>; systemd: <parent slice>:cri-vmpod:<id>).
+func containerCgroup(parent, id string) (podcgroup.Path, error) {
+	switch {
+	case parent == "":
+		return podcgroup.Path{}, errorf(errdefs.ErrInvalidArgument,
+			"the sandbox has no cgroup_parent: a VM is charged to its pod's cgroup, which the kubelet names")
+	case path.Ext(parent) == ".slice":
+		return podcgroup.Parse(fmt.Sprintf("%s:cri-vmpod:%s", parent, id))
+	default:
+		return podcgroup.Parse(path.Join(parent, id))
+	}
+}
+
+// exists says whether p exists (for the cleanup checks of recover).
+func exists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
+}

@@ -1,0 +1,328 @@
+package cri
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"golang.org/x/sys/unix"
+
+	"github.com/vmpod/vmpod/internal/untar"
+)
+
+// image is one stored image, known by its config digest (its CRI id), as
+// images/<algorithm>/<hex>/{image.json,rootfs/}. Its rootfs is unpacked
+// once, read-only, and every VM of the image boots from it through its own
+// overlay.
+type image struct {
+	ID          string   `json:"id"`
+	RepoTags    []string `json:"repoTags,omitempty"`
+	RepoDigests []string `json:"repoDigests,omitempty"`
+	// Size is what the unpacked image takes on disk, in bytes; Inodes the
+	// number of its files and dirs.
+	Size   uint64 `json:"size"`
+	Inodes uint64 `json:"inodes"`
+}
+
+// imageStore is the node's images under one dir.
+type imageStore struct {
+	dir string
+
+	mu     sync.Mutex
+	images map[string]*image // by ID
+	// pull serializes unpacking: two pulls of one image unpack it once.
+	pull sync.Mutex
+}
+
+func openImageStore(ctx context.Context, dir string) (*imageStore, error) {
+	s := &imageStore{dir: dir, images: map[string]*image{}}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	algos, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range algos {
+		if !a.IsDir() || strings.HasPrefix(a.Name(), ".") {
+			continue
+		}
+		imgs, errs := readCheckpoints[image](filepath.Join(dir, a.Name()))
+		for _, err := range errs {
+			log.G(ctx).WithError(err).Warn("skip an image record")
+		}
+		for _, img := range imgs {
+			s.images[img.ID] = &img
+		}
+	}
+	return s, nil
+}
+
+// path is where the image with id keeps its files; its record is
+// path+".json".
+func (s *imageStore) path(id string) (string, error) {
+	algo, hex, ok := strings.Cut(id, ":")
+	if !ok || algo != "sha256" || len(hex) != 64 || strings.Trim(hex, "0123456789abcdef") != "" {
+		return "", errorf(errdefs.ErrInvalidArgument, "image id %q: want sha256:<64 hex digits>", id)
+	}
+	return filepath.Join(s.dir, algo, hex), nil
+}
+
+// Rootfs is the unpacked image with id.
+func (s *imageStore) Rootfs(id string) (string, error) {
+	p, err := s.path(id)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(p, "rootfs"), nil
+}
+
+// Get finds an image by id (sha256:..., or its hex alone), by one of its
+// tags or digests, or by a name that parses to one of them.
+func (s *imageStore) Get(ref string) (image, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if img := s.find(ref); img != nil {
+		return *img, true
+	}
+	return image{}, false
+}
+
+func (s *imageStore) find(ref string) *image {
+	if img, ok := s.images[ref]; ok {
+		return img
+	}
+	if img, ok := s.images["sha256:"+ref]; ok {
+		return img
+	}
+	names := []string{ref}
+	if r, err := name.ParseReference(ref); err == nil {
+		names = append(names, r.Name())
+	}
+	for _, img := range s.images {
+		for _, n := range names {
+			if slices.Contains(img.RepoTags, n) || slices.Contains(img.RepoDigests, n) {
+				return img
+			}
+		}
+	}
+	return nil
+}
+
+// List is every image.
+func (s *imageStore) List() []image {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]image, 0, len(s.images))
+	for _, img := range s.images {
+		out = append(out, *img)
+	}
+	slices.SortFunc(out, func(a, b image) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+// Pull fetches ref for this node's platform with auth (nil: anonymous)
+// and returns its id. An image already stored is not unpacked again; the
+// tag moves to it from any other image, as a registry's tag does.
+func (s *imageStore) Pull(ctx context.Context, ref string, auth *authn.AuthConfig) (string, error) {
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		return "", errorf(errdefs.ErrInvalidArgument, "image %q: %v", ref, err)
+	}
+	opts := []remote.Option{remote.WithContext(ctx),
+		remote.WithPlatform(v1.Platform{OS: "linux", Architecture: runtime.GOARCH})}
+	if auth != nil {
+		opts = append(opts, remote.WithAuth(authn.FromConfig(*auth)))
+	}
+	img, err := remote.Image(r, opts...)
+	if err != nil {
+		return "", pullError(ref, err)
+	}
+	cfg, err := img.ConfigName()
+	if err != nil {
+		return "", pullError(ref, err)
+	}
+	digest, err := img.Digest()
+	if err != nil {
+		return "", pullError(ref, err)
+	}
+	id := cfg.String()
+	dir, err := s.path(id)
+	if err != nil {
+		return "", err
+	}
+
+	s.pull.Lock()
+	defer s.pull.Unlock()
+	if _, ok := s.Get(id); !ok {
+		rec, err := unpackImage(img, dir)
+		if err != nil {
+			return "", pullError(ref, err)
+		}
+		rec.ID = id
+		s.mu.Lock()
+		s.images[id] = rec
+		s.mu.Unlock()
+	}
+	repoDigest := r.Context().Name() + "@" + digest.String()
+	var tag string
+	if t, ok := r.(name.Tag); ok {
+		tag = t.Name()
+	}
+	return id, s.update(id, func(img *image) {
+		if tag != "" && !slices.Contains(img.RepoTags, tag) {
+			img.RepoTags = append(img.RepoTags, tag)
+		}
+		if !slices.Contains(img.RepoDigests, repoDigest) {
+			img.RepoDigests = append(img.RepoDigests, repoDigest)
+		}
+	}, tag)
+}
+
+// update changes the record of id and saves it; a tag given moves off
+// every other image.
+func (s *imageStore) update(id string, f func(*image), tag string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	img := s.images[id]
+	if img == nil {
+		return notFound("image", id)
+	}
+	if tag != "" {
+		for _, other := range s.images {
+			if other != img && slices.Contains(other.RepoTags, tag) {
+				other.RepoTags = slices.DeleteFunc(other.RepoTags, func(t string) bool { return t == tag })
+				if err := s.save(other); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	f(img)
+	return s.save(img)
+}
+
+func (s *imageStore) save(img *image) error {
+	dir, err := s.path(img.ID)
+	if err != nil {
+		return err
+	}
+	if err := writeAtomic(dir+".json", checkpoint[image]{Version: checkpointVersion, Record: *img}); err != nil {
+		return errorf(errdefs.ErrInternal, "image record %s: %v", img.ID, err)
+	}
+	return nil
+}
+
+// Remove deletes the image ref names, record first: a crash in between
+// leaves files no record names, which the next pull replaces.
+func (s *imageStore) Remove(ref string) error {
+	s.pull.Lock()
+	defer s.pull.Unlock()
+	s.mu.Lock()
+	img := s.find(ref)
+	if img != nil {
+		delete(s.images, img.ID)
+	}
+	s.mu.Unlock()
+	if img == nil {
+		return nil // the CRI: removing an absent image is no error
+	}
+	dir, err := s.path(img.ID)
+	if err != nil {
+		return err
+	}
+	if err := removeFile(dir + ".json"); err != nil {
+		return errorf(errdefs.ErrInternal, "image %s: %v", img.ID, err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return errorf(errdefs.ErrInternal, "image %s: %v", img.ID, err)
+	}
+	return nil
+}
+
+// unpackImage writes img's flattened layers into dir/rootfs, read-only,
+// through a temp dir, so dir appears whole or not at all.
+func unpackImage(img v1.Image, dir string) (*image, error) {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(dir), ".unpack-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	rootfs := filepath.Join(tmp, "rootfs")
+	rc := mutate.Extract(img)
+	err = untar.Extract(rc, rootfs)
+	rc.Close()
+	if err != nil {
+		return nil, fmt.Errorf("unpack: %w", err)
+	}
+	rec := &image{}
+	if err := readOnly(rootfs, rec); err != nil {
+		return nil, err
+	}
+	if err := os.RemoveAll(dir); err != nil { // a torn earlier unpack
+		return nil, err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+// readOnly takes every write bit off the tree at root and counts what it
+// takes on disk into rec.
+func readOnly(root string, rec *image) error {
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		rec.Size += uint64(st.Blocks) * 512
+		rec.Inodes++
+		if d.Type()&fs.ModeSymlink != 0 {
+			return nil
+		}
+		return unix.Chmod(p, st.Mode&07777&^0o222)
+	})
+}
+
+// pullError classifies a failed pull by the registry's answer: no such
+// image is NotFound, refused credentials Unauthenticated or
+// PermissionDenied, the rest (the registry, the network, the unpack)
+// Unavailable.
+func pullError(ref string, err error) error {
+	var class error = errdefs.ErrUnavailable
+	var te *transport.Error
+	if errors.As(err, &te) {
+		switch te.StatusCode {
+		case http.StatusNotFound:
+			class = errdefs.ErrNotFound
+		case http.StatusUnauthorized:
+			class = errdefs.ErrUnauthenticated
+		case http.StatusForbidden:
+			class = errdefs.ErrPermissionDenied
+		}
+	}
+	return errorf(class, "pull %s: %v", ref, err)
+}

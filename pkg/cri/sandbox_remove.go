@@ -1,0 +1,48 @@
+package cri
+
+import (
+	"context"
+	"errors"
+
+	"github.com/containerd/errdefs"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// RemovePodSandbox stops the pod if needed, removes its containers, its
+// dir (the VM's files), its QEMU uid lease and its checkpoint. Removing an
+// absent sandbox is no error.
+func (s *Server) RemovePodSandbox(ctx context.Context, r *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
+	sb, err := s.sandbox(r.GetPodSandboxId())
+	if errdefs.IsNotFound(err) {
+		return &runtimeapi.RemovePodSandboxResponse{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.get().ID}); err != nil {
+		return nil, err
+	}
+	if err := sb.begin("remove", nil); err != nil {
+		return nil, err
+	}
+	defer sb.end()
+	rec := sb.get()
+	var errs []error
+	for _, c := range s.containersOf(rec.ID) {
+		errs = append(errs, s.removeContainer(ctx, c))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if err := s.removePodDir(rec.ID); err != nil {
+		return nil, err
+	}
+	if err := sb.remove(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	delete(s.sandboxes, rec.ID)
+	s.mu.Unlock()
+	s.release(sandboxName(rec), rec.ID)
+	return &runtimeapi.RemovePodSandboxResponse{}, nil
+}

@@ -1,0 +1,55 @@
+package cri
+
+import (
+	"context"
+	"errors"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// StopPodSandbox stops the pod's VM at once (the kubelet stopped its
+// container with the grace period before), takes it off the pod network
+// and removes its namespace. Stopping a stopped sandbox is no error.
+func (s *Server) StopPodSandbox(ctx context.Context, r *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
+	sb, err := s.sandbox(r.GetPodSandboxId())
+	if err != nil {
+		return nil, err
+	}
+	if err := sb.begin("stop", nil); err != nil {
+		return nil, err
+	}
+	defer sb.end()
+	id := sb.get().ID
+	var errs []error
+	for _, c := range s.containersOf(id) {
+		errs = append(errs, s.stopContainer(ctx, c, 0))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if err := s.teardownSandbox(ctx, sb); err != nil {
+		return nil, err
+	}
+	return &runtimeapi.StopPodSandboxResponse{}, nil
+}
+
+// teardownSandbox takes the pod off the network and removes its
+// namespace, then records it not ready, for StopPodSandbox and the undo of
+// a failed RunPodSandbox. Safe to repeat.
+func (s *Server) teardownSandbox(ctx context.Context, sb *sandbox) error {
+	rec := sb.get()
+	if rec.Netns == "" {
+		return nil
+	}
+	md := &runtimeapi.PodSandboxMetadata{Name: rec.Name, Namespace: rec.Namespace, Uid: rec.UID, Attempt: rec.Attempt}
+	if err := s.net.tearDown(ctx, rec.ID, rec.Netns, md); err != nil {
+		return err
+	}
+	if err := removeNetns(rec.Netns); err != nil {
+		return err
+	}
+	return sb.update(func(r *sandboxRecord) error {
+		r.Netns, r.IPs, r.State = "", nil, sandboxNotReady
+		return nil
+	})
+}

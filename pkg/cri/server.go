@@ -1,0 +1,142 @@
+package cri
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	"google.golang.org/grpc"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/vmpod/vmpod/pkg/node"
+	"github.com/vmpod/vmpod/pkg/virt/libvirt"
+	"github.com/vmpod/vmpod/pkg/vm"
+)
+
+// Server is the CRI runtime and image services of one node.
+type Server struct {
+	runtimeapi.UnimplementedRuntimeServiceServer
+	runtimeapi.UnimplementedImageServiceServer
+
+	cfg    Config
+	images *imageStore
+	net    *cniNetwork
+
+	mu         sync.Mutex
+	sandboxes  map[string]*sandbox
+	containers map[string]*container
+	names      map[string]string // reserved sandbox and container names -> id
+
+	hvMu sync.Mutex
+	conn *libvirt.Conn
+	env  vm.Env // Runtime and Host; the Jail is each pod's
+}
+
+var (
+	_ runtimeapi.RuntimeServiceServer = &Server{}
+	_ runtimeapi.ImageServiceServer   = &Server{}
+)
+
+// New opens the server's state under cfg.StateRoot and recovers what an
+// earlier server left (recover.go). It opens libvirt only if a checkpoint
+// names a domain; otherwise at the first VM.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	cfg = cfg.WithDefaults()
+	for _, d := range []string{cfg.StateRoot, cfg.sandboxCkptDir(), cfg.containerCkptDir()} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	images, err := openImageStore(ctx, cfg.imageDir())
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, images: images, net: newCNINetwork(cfg),
+		sandboxes: map[string]*sandbox{}, containers: map[string]*container{}, names: map[string]string{}}
+	s.recover(ctx)
+	return s, nil
+}
+
+// Register adds both services to g.
+func (s *Server) Register(g *grpc.Server) {
+	runtimeapi.RegisterRuntimeServiceServer(g, s)
+	runtimeapi.RegisterImageServiceServer(g, s)
+}
+
+// Serve serves the CRI on a unix socket at addr ("unix:///run/vmpod/cri.sock"
+// or a plain path) until ctx ends. Running VMs keep running when it
+// returns.
+func (s *Server) Serve(ctx context.Context, addr string) error {
+	path := strings.TrimPrefix(addr, "unix://")
+	if !filepath.IsAbs(path) {
+		return errorf(errdefs.ErrInvalidArgument, "listen address %q: want unix:///absolute/path", addr)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	if err := removeFile(path); err != nil {
+		return err
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return err
+	}
+	g := grpc.NewServer(grpc.UnaryInterceptor(errorInterceptor))
+	s.Register(g)
+	go func() {
+		<-ctx.Done()
+		g.Stop()
+	}()
+	log.G(ctx).Infof("CRI listening on %s", path)
+	err = g.Serve(l)
+	if errors.Is(err, grpc.ErrServerStopped) {
+		err = nil
+	}
+	return err
+}
+
+// Close closes the node's libvirt; QEMUs keep running.
+func (s *Server) Close() error {
+	s.hvMu.Lock()
+	defer s.hvMu.Unlock()
+	if s.conn == nil {
+		return nil
+	}
+	err := s.conn.Close()
+	s.conn = nil
+	return err
+}
+
+// hypervisor opens the node's embedded libvirt once (one root per
+// process: <state root>/libvirt) and what it runs on. Call it on a thread
+// in the server's own network namespace: libvirt's threads start here.
+func (s *Server) hypervisor(ctx context.Context) (vm.Env, error) {
+	s.hvMu.Lock()
+	defer s.hvMu.Unlock()
+	if s.conn != nil {
+		return s.env, nil
+	}
+	jailer, err := linkJailer(s.cfg.StateRoot)
+	if err != nil {
+		return vm.Env{}, err
+	}
+	o := node.Options{CapsCache: s.cfg.CapsCache, KVMCache: s.cfg.KVMCache, Pod: true, Jailer: jailer}
+	conn, err := node.Open(ctx, s.cfg.libvirtRoot(), o)
+	if err != nil {
+		return vm.Env{}, err
+	}
+	h, err := node.HostOf(ctx, conn, o)
+	if err != nil {
+		conn.Close()
+		return vm.Env{}, err
+	}
+	s.conn = conn
+	s.env = vm.Env{Runtime: vm.NewRuntime(conn), Host: h}
+	return s.env, nil
+}

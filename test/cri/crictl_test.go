@@ -1,0 +1,515 @@
+// Package cri_test drives `vm-runtime cri` with crictl, as a kubelet on a
+// VM-only node would: the server runs in a network namespace the test
+// made (the node's: the CNI bridge and pod IPs live there), pulls the test
+// guest's containerdisk from a registry the test serves on that
+// namespace's loopback, and runs it as a pod.
+package cri_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/vishvananda/netns"
+
+	"github.com/vmpod/vmpod/internal/testenv/repo"
+	"github.com/vmpod/vmpod/internal/testguest"
+)
+
+// crictlVersion is the cri-tools release hack/containerd/install.sh pins.
+const crictlVersion = "v1.37.0"
+
+// node is the test's node: a network namespace, a state root, and
+// vm-runtime cri serving in them.
+type node struct {
+	t       *testing.T
+	name    string // of the netns, for ip -n
+	nsPath  string
+	dir     string // everything else of the test
+	state   string
+	socket  string
+	crictl  string
+	cgroup  string // the pods' cgroup parent
+	bin     string
+	server  *exec.Cmd
+	logPath string
+}
+
+func TestCrictlVMPod(t *testing.T) {
+	n := newNode(t)
+	ref := n.serveImage()
+	n.start()
+
+	n.must("version")
+	n.must("pull", ref)
+	if out := n.must("images", "-o", "json"); !strings.Contains(out, ref) {
+		t.Fatalf("crictl images does not list %s:\n%s", ref, out)
+	}
+
+	podCfg, ctrCfg := n.configs(ref)
+	podID := strings.TrimSpace(n.must("runp", podCfg))
+	var podStatus struct {
+		Status struct {
+			State   string
+			Network struct{ IP string }
+		}
+	}
+	n.mustJSON(&podStatus, "inspectp", podID)
+	if podStatus.Status.State != "SANDBOX_READY" || !strings.HasPrefix(podStatus.Status.Network.IP, "10.88.") {
+		t.Fatalf("pod %s: %+v, want ready with an IP of 10.88.0.0/16", podID, podStatus.Status)
+	}
+
+	id := strings.TrimSpace(n.must("create", podID, ctrCfg, podCfg))
+	start := time.Now()
+	n.must("start", id)
+	n.waitLogs(id, "VMPOD-GUEST: init", 3*time.Minute)
+	t.Logf("crictl start -> first serial line in crictl logs: %v", time.Since(start).Round(time.Millisecond))
+	logs := n.waitLogs(id, "VMPOD-GUEST: ready", 2*time.Minute)
+	if !strings.Contains(logs, "VMPOD-GUEST: ip "+podStatus.Status.Network.IP+"/") {
+		t.Errorf("the guest did not take the pod IP %s:\n%s", podStatus.Status.Network.IP, logs)
+	}
+	n.checkLogFormat(filepath.Join(n.dir, "logs", "pod", "vm", "0.log"))
+
+	n.must("stop", "--timeout", "60", id)
+	n.waitLogs(id, "VMPOD-GUEST: poweroff", 10*time.Second)
+	var st struct {
+		Status struct {
+			State    string
+			ExitCode int
+			Reason   string
+		}
+	}
+	n.mustJSON(&st, "inspect", id)
+	if st.Status.State != "CONTAINER_EXITED" || st.Status.ExitCode != 0 {
+		t.Errorf("after ACPI shutdown: %+v, want exited 0", st.Status)
+	}
+	n.must("rm", id)
+	n.must("stopp", podID)
+	n.must("rmp", podID)
+	n.must("rmi", ref)
+	if out := n.must("images", "-q"); strings.TrimSpace(out) != "" {
+		t.Errorf("images left after rmi:\n%s", out)
+	}
+	n.stop()
+	n.assertNothingLeft()
+}
+
+// configs are the pod and container configs of the test guest pod, as
+// files for crictl, with the image ref.
+func (n *node) configs(ref string) (pod, ctr string) {
+	pod = n.writeJSON("pod.json", map[string]any{
+		"metadata":      map[string]any{"name": "guest", "namespace": "default", "uid": "7e57-c41-0001", "attempt": 0},
+		"hostname":      "guest",
+		"log_directory": filepath.Join(n.dir, "logs", "pod"),
+		"dns_config":    map[string]any{"servers": []string{"10.96.0.10"}, "searches": []string{"default.svc.cluster.local"}},
+		"linux":         map[string]any{"cgroup_parent": n.cgroup},
+	})
+	ctr = n.writeJSON("vm.json", map[string]any{
+		"metadata": map[string]any{"name": "vm"},
+		"image":    map[string]any{"image": ref},
+		"log_path": "vm/0.log",
+		"linux": map[string]any{"resources": map[string]any{
+			"memory_limit_in_bytes": 256 << 20, "cpu_period": 100000, "cpu_quota": 100000, "cpu_shares": 1024}},
+	})
+	return pod, ctr
+}
+
+// TestCrictlServerRestart: a server killed while its VM runs leaves
+// checkpoints; the next one stops that VM (it cannot take it over yet),
+// reports the container exited, and removes the pod with nothing left.
+func TestCrictlServerRestart(t *testing.T) {
+	n := newNode(t)
+	ref := n.serveImage()
+	n.start()
+	n.must("pull", ref)
+	podCfg, ctrCfg := n.configs(ref)
+	podID := strings.TrimSpace(n.must("runp", podCfg))
+	id := strings.TrimSpace(n.must("create", podID, ctrCfg, podCfg))
+	n.must("start", id)
+	n.waitLogs(id, "VMPOD-GUEST: init", 3*time.Minute)
+
+	n.kill()
+	n.start()
+	var st struct {
+		Status struct {
+			State  string
+			Reason string
+		}
+	}
+	n.mustJSON(&st, "inspect", id)
+	if st.Status.State != "CONTAINER_EXITED" || st.Status.Reason != "RuntimeRestarted" {
+		t.Errorf("after a server restart: %+v, want exited, RuntimeRestarted", st.Status)
+	}
+	var pod struct{ Status struct{ State string } }
+	n.mustJSON(&pod, "inspectp", podID)
+	if pod.Status.State != "SANDBOX_READY" {
+		t.Errorf("after a server restart the pod is %s, want ready", pod.Status.State)
+	}
+	n.must("rm", id)
+	n.must("stopp", podID)
+	n.must("rmp", podID)
+	n.must("rmi", ref)
+	n.stop()
+	n.assertNothingLeft()
+}
+
+func newNode(t *testing.T) *node {
+	if os.Geteuid() != 0 {
+		t.Fatal("must run as root: network namespaces, CNI, cgroups, QEMU")
+	}
+	// Short: QEMU's sockets go a few levels below the state root (108-byte
+	// limit).
+	dir, err := os.MkdirTemp("/tmp", "vmpod-cri-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	n := &node{t: t, name: "vmpod-cri-" + filepath.Base(dir)[len("vmpod-cri-"):], dir: dir,
+		state: filepath.Join(dir, "s"), socket: filepath.Join(dir, "cri.sock")}
+	n.nsPath = "/run/netns/" + n.name
+	n.run("ip", "netns", "add", n.name)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", n.name).Run() })
+	n.run("ip", "-n", n.name, "link", "set", "lo", "up")
+
+	n.cgroup = "/" + n.name
+	n.makeCgroupParent()
+
+	conf := filepath.Join(dir, "cni", "net.d")
+	if err := os.MkdirAll(conf, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cni := fmt.Sprintf(`{"cniVersion": "1.0.0", "name": "vmpod-cri-test", "plugins": [{
+  "type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+  "ipam": {"type": "host-local", "dataDir": %q, "ranges": [[{"subnet": "10.88.0.0/16"}]], "routes": [{"dst": "0.0.0.0/0"}]}}]}`,
+		filepath.Join(dir, "cni", "ipam"))
+	if err := os.WriteFile(filepath.Join(conf, "10-vmpod.conflist"), []byte(cni), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n.crictl = crictlBin(t)
+	if err := os.WriteFile(filepath.Join(dir, "crictl.yaml"), []byte("runtime-endpoint: unix://"+n.socket+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// makeCgroupParent makes the pods' cgroup parent in every cgroup v1
+// hierarchy (and the unified one), as the kubelet's cgroupfs driver would.
+func (n *node) makeCgroupParent() {
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
+	var made []string
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		roots = []string{"/sys/fs/cgroup"} // cgroup v2
+	}
+	for _, r := range roots {
+		if fi, err := os.Lstat(r); err != nil || !fi.IsDir() {
+			continue // the cpu -> cpu,cpuacct links
+		}
+		d := filepath.Join(r, n.cgroup)
+		if err := os.Mkdir(d, 0o755); err == nil {
+			made = append(made, d)
+		}
+	}
+	n.t.Cleanup(func() {
+		for _, d := range made {
+			os.Remove(d)
+		}
+	})
+}
+
+// serveImage serves the test guest's containerdisk from a registry on the
+// node namespace's loopback and returns its reference there.
+func (n *node) serveImage() string {
+	t := n.t
+	img, err := testguest.OpenArchive(testguest.Archive(t), filepath.Join(n.dir, "oci"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	l := listenIn(t, n.nsPath)
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	// The push goes to the same registry through the test's own loopback.
+	push := httptest.NewServer(h)
+	defer push.Close()
+	const repoTag = "vmpod/test-guest:v1"
+	r, err := name.ParseReference(strings.TrimPrefix(push.URL, "http://") + "/" + repoTag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(r, img); err != nil {
+		t.Fatalf("push the test guest: %v", err)
+	}
+	return l.Addr().String() + "/" + repoTag
+}
+
+// listenIn listens on 127.0.0.1 of the network namespace at path: the
+// socket is made on a thread in it and stays there.
+func listenIn(t *testing.T, path string) net.Listener {
+	type res struct {
+		l   net.Listener
+		err error
+	}
+	c := make(chan res, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		ns, err := netns.GetFromPath(path)
+		if err == nil {
+			err = netns.Set(ns)
+			ns.Close()
+		}
+		if err != nil {
+			c <- res{err: err}
+			return
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		c <- res{l, err}
+	}()
+	r := <-c
+	if r.err != nil {
+		t.Fatalf("listen in %s: %v", path, r.err)
+	}
+	return r.l
+}
+
+// start runs `vm-runtime cri` (built once) in the node's namespace until
+// the test ends or stop or kill.
+func (n *node) start() {
+	t := n.t
+	if n.bin == "" {
+		n.bin = filepath.Join(n.dir, "vm-runtime")
+		build := exec.Command("go", "build", "-o", n.bin, "./cmd/vm-runtime")
+		build.Dir = repo.Root(t)
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("build vm-runtime: %v\n%s", err, out)
+		}
+		n.logPath = filepath.Join(n.dir, "cri.log")
+		t.Cleanup(func() {
+			if n.server != nil {
+				n.server.Process.Kill()
+				n.server.Wait()
+			}
+			if t.Failed() {
+				b, _ := os.ReadFile(n.logPath)
+				t.Logf("vm-runtime cri's log:\n%s", b)
+			}
+		})
+	}
+	logf, err := os.OpenFile(n.logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	n.server = exec.Command("nsenter", "--net="+n.nsPath, n.bin, "cri",
+		"--listen", "unix://"+n.socket, "--state-root", n.state, "--netns-dir", filepath.Join(n.dir, "netns"),
+		"--cni-conf-dir", filepath.Join(n.dir, "cni", "net.d"), "--cni-bin-dir", "/usr/lib/cni",
+		"--capabilities-cache", filepath.Join(n.dir, "caps"))
+	n.server.Stdout, n.server.Stderr = logf, logf
+	if err := n.server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := n.crictlRun(10*time.Second, "version"); err == nil {
+			return
+		} else if time.Now().After(deadline) {
+			t.Fatalf("vm-runtime cri did not answer: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// kill ends the server as a crash would.
+func (n *node) kill() {
+	n.server.Process.Kill()
+	n.server.Wait()
+	n.server = nil
+}
+
+// stop ends the server as its service manager would.
+func (n *node) stop() {
+	n.server.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- n.server.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			n.t.Errorf("vm-runtime cri exited: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		n.t.Error("vm-runtime cri did not exit on SIGTERM")
+		n.server.Process.Kill()
+		<-done
+	}
+	n.server = nil
+}
+
+// assertNothingLeft: no QEMU, domain, mount, netns, veth, cgroup, pod
+// dir or checkpoint of the test's is left.
+func (n *node) assertNothingLeft() {
+	t := n.t
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), n.state) {
+			t.Errorf("a process of the test's state root is left: %s: %q", p, b)
+		}
+	}
+	if defs, _ := filepath.Glob(filepath.Join(n.state, "libvirt", "etc", "libvirt", "qemu", "*.xml")); len(defs) > 0 {
+		t.Errorf("domains left: %v", defs)
+	}
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, n.dir) {
+				t.Errorf("mount left: %s", line)
+			}
+		}
+	}
+	for _, d := range []string{filepath.Join(n.dir, "netns"), filepath.Join(n.state, "pods"),
+		filepath.Join(n.state, "cri", "sandboxes"), filepath.Join(n.state, "cri", "containers"), filepath.Join(n.state, "uids")} {
+		entries, _ := os.ReadDir(d)
+		var names []string
+		for _, e := range entries {
+			if e.Name() != ".lock" { // the uid leases' lock, the node's
+				names = append(names, e.Name())
+			}
+		}
+		if len(names) > 0 {
+			t.Errorf("%s: left %v", d, names)
+		}
+	}
+	if out, err := exec.Command("ip", "-n", n.name, "-o", "link", "show", "type", "veth").CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "" {
+		t.Errorf("veths left in the node namespace (%v):\n%s", err, out)
+	}
+	cgs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", n.cgroup, "*"))
+	for _, cg := range cgs {
+		if fi, err := os.Stat(cg); err == nil && fi.IsDir() {
+			t.Errorf("cgroup left: %s", cg)
+		}
+	}
+}
+
+// checkLogFormat: every line of the CRI log is "<RFC3339Nano> stdout F|P <text>".
+func (n *node) checkLogFormat(path string) {
+	f, err := os.Open(path)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	lines := 0
+	for sc.Scan() {
+		lines++
+		ts, rest, ok := strings.Cut(sc.Text(), " ")
+		if _, err := time.Parse(time.RFC3339Nano, ts); err != nil || !ok ||
+			!(strings.HasPrefix(rest, "stdout F ") || strings.HasPrefix(rest, "stdout P ")) {
+			n.t.Errorf("%s: line %d is not in the CRI log format: %q", path, lines, sc.Text())
+			return
+		}
+	}
+	if lines == 0 {
+		n.t.Errorf("%s is empty", path)
+	}
+}
+
+func (n *node) waitLogs(id, marker string, timeout time.Duration) string {
+	n.t.Helper()
+	deadline := time.Now().Add(timeout)
+	var out string
+	for time.Now().Before(deadline) {
+		out, _ = n.crictlRun(30*time.Second, "logs", id)
+		if strings.Contains(out, marker) {
+			return out
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	n.t.Fatalf("no %q in crictl logs within %v:\n%s", marker, timeout, out)
+	return ""
+}
+
+func (n *node) must(args ...string) string {
+	n.t.Helper()
+	out, err := n.crictlRun(3*time.Minute, args...)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return out
+}
+
+func (n *node) mustJSON(v any, args ...string) {
+	n.t.Helper()
+	out := n.must(append([]string{args[0], "-o", "json"}, args[1:]...)...)
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		n.t.Fatalf("crictl %v: %v\n%s", args, err, out)
+	}
+}
+
+func (n *node) crictlRun(timeout time.Duration, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout+10*time.Second)
+	defer cancel()
+	argv := append([]string{"--config", filepath.Join(n.dir, "crictl.yaml"),
+		"--runtime-endpoint", "unix://" + n.socket, "--image-endpoint", "unix://" + n.socket,
+		"--timeout", timeout.String()}, args...)
+	cmd := exec.CommandContext(ctx, n.crictl, argv...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return string(out), fmt.Errorf("crictl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return string(out), nil
+}
+
+func (n *node) writeJSON(file string, v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	p := filepath.Join(n.dir, file)
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		n.t.Fatal(err)
+	}
+	return p
+}
+
+func (n *node) run(name string, args ...string) {
+	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+		n.t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+	}
+}
+
+// crictlBin is $VMPOD_CRICTL, or crictl in <repo>/_output/bin, built
+// there at crictlVersion when missing (as hack/containerd/install.sh
+// does).
+func crictlBin(t *testing.T) string {
+	if p := os.Getenv("VMPOD_CRICTL"); p != "" {
+		return p
+	}
+	bindir := filepath.Join(repo.Root(t), "_output", "bin")
+	p := filepath.Join(bindir, "crictl")
+	if _, err := os.Stat(p); err == nil {
+		return p
+	}
+	cmd := exec.Command("go", "install", "sigs.k8s.io/cri-tools/cmd/crictl@"+crictlVersion)
+	cmd.Env = append(os.Environ(), "GOBIN="+bindir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build crictl: %v\n%s", err, out)
+	}
+	return p
+}
