@@ -72,9 +72,10 @@
 //   - A pod cgroup when the sandbox names no cgroup_parent (critest sends
 //     none): today CreateContainer refuses. The systemd driver's form
 //     (<slice>:cri-vmpod:<id>) is written but untested here.
-//   - QEMU's jail shows it libvirt's secret dir (<libvirt root>/lib/qemu):
-//     with one libvirt root for the node that is every pod's; narrow
-//     jail.Spec.SecretDir to the domain's own dir in pkg/vm.
+//   - (Checked: with one libvirt root for the node, QEMU's jail still
+//     shows each QEMU only its own domain's master key file, which the
+//     jailer finds on QEMU's command line below jail.Spec.SecretDir and
+//     binds alone; the dir itself is never in the jail.)
 //   - libvirt threads started from the thread in a pod's netns (during
 //     Create/Start) stay in that netns; check which libvirt starts there
 //     and whether a netns then outlives its pod.
