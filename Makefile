@@ -72,7 +72,10 @@ fuzz:
 # One table per area, each with its references measured in the same run
 # (docs/benchmarks.md): a VM pod's start phases next to libvirt's
 # define+start of the same XML and bare QEMU (5 starts of each); the
-# shim's memory with 10 VM pods; the scheduler plugin's cost
+# shim's memory with 10 VM pods, and 20 VM pods started at once in pod
+# cgroups limited as the kubelet limits them (BenchmarkDensity: start to
+# /init p50/p95, memory used against limits plus RuntimeClass overhead;
+# docs/overhead.md); the scheduler plugin's cost
 # (BenchmarkSchedulingThroughput: pods/s with the default plugins and with
 # VMPlacement on 1,000 and 5,000 nodes, their ratio, and the time per pod
 # of each extension point; docs/scheduler.md); then the pieces (converter,
@@ -82,6 +85,7 @@ bench: deps guest
 	$(GO) test -run '^$$' -bench BenchmarkStartPhases -benchtime 5x -timeout 20m ./pkg/shim
 	@echo '== memory'
 	$(GO) test -run '^$$' -bench BenchmarkShimFootprint -benchtime 1x -timeout 15m ./test/containerd
+	$(GO) test -run '^$$' -bench BenchmarkDensity -benchtime 1x -timeout 15m ./test/containerd
 	@echo '== scheduler'
 	$(GO) test -run '^$$' -bench BenchmarkFilterScore -benchmem ./pkg/scheduler/vmplacement
 	$(GO) test -run '^$$' -bench BenchmarkSchedulingThroughput -benchtime 1x -timeout 30m ./test/integration/scheduler

@@ -43,6 +43,10 @@ type Process struct {
 	Total   Usage
 	ByKind  map[Kind]Usage
 	Threads int
+	// LargestAnon is the largest mapping not backed by a file (in QEMU:
+	// the guest's RAM), and LargestAnonKiB its size; Add sums both.
+	LargestAnon    Usage
+	LargestAnonKiB int
 }
 
 // Add sums q into p (for totals over processes).
@@ -57,6 +61,8 @@ func (p *Process) Add(q Process) {
 		p.ByKind[k] = v
 	}
 	p.Threads += q.Threads
+	p.LargestAnon.add(q.LargestAnon)
+	p.LargestAnonKiB += q.LargestAnonKiB
 }
 
 type mapping struct {
@@ -144,6 +150,9 @@ func Read(pid int) (Process, error) {
 		u.add(m.u)
 		p.ByKind[k] = u
 		p.Total.add(m.u)
+		if size := int((m.end - m.start) >> 10); !strings.HasPrefix(m.path, "/") && size > p.LargestAnonKiB {
+			p.LargestAnon, p.LargestAnonKiB = m.u, size
+		}
 	}
 	p.Threads = threads(dir)
 	return p, nil

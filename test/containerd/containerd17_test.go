@@ -121,7 +121,7 @@ func shimOf(t *testing.T, sandboxID string) int {
 
 // assertNoPodLeft checks, after a pod was removed, that no cgroup is left
 // under its parent and the shim's state root holds no pod dir or socket.
-func assertNoPodLeft(t *testing.T, cgroupParent, state string) {
+func assertNoPodLeft(t testing.TB, cgroupParent, state string) {
 	t.Helper()
 	cgroups, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", cgroupParent, "*"))
 	for _, cg := range cgroups {

@@ -3,18 +3,13 @@ package containerd_test
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/vmpod/vmpod/internal/procmem"
-	"github.com/vmpod/vmpod/internal/testenv/containerd"
-	"github.com/vmpod/vmpod/internal/testguest"
 )
 
 // Knobs of BenchmarkShimFootprint, for comparing shim variants by hand;
@@ -92,68 +87,26 @@ func BenchmarkShimFootprint(b *testing.B) {
 // times, 3 s apart, once every guest is ready; it returns the last sample
 // and how long the pods took to be ready.
 func runFootprint(b *testing.B, n int, pkg string, env []string) (shims, qemus []procmem.Process, ready time.Duration) {
-	state, err := os.MkdirTemp("/tmp", "vmpod-st-")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { os.RemoveAll(state) })
-	shimDir := footprintShimDir(b, pkg)
-	c := containerd.Start(b, containerd.Options{
-		ShimDir: shimDir,
-		Env: append([]string{"VMPOD_STATE_ROOT=" + state, "VMPOD_CAPS_CACHE=" + filepath.Join(state, "caps")},
-			env...),
-	})
-	c.ImportImage(b, testguest.Archive(b))
+	node := startVMNode(b, pkg, env)
+	c := node.c
 
 	start := time.Now()
-	type vmPod struct{ pod, ctr string }
-	pods := make([]vmPod, n)
+	pods := make([]*vmPod, n)
 	for i := range pods {
-		cfg := c.NewPodConfig(fmt.Sprintf("fp%d", i), "default", fmt.Sprintf("f00d-%04d", i), nil)
-		pods[i].pod = c.RunPod(b, cfg, "vmpod")
-		ctr := containerd.NewContainerConfig("vm", testguest.Image)
-		ctr.Linux.Resources = containerd.Resources(1000, int64(footprintGuestMiB())<<20)
-		pods[i].ctr = c.CreateContainer(b, pods[i].pod, ctr, cfg)
-		c.MustCrictl(b, "start", pods[i].ctr)
+		pods[i] = node.newVMPod("fp", i, footprintGuestMiB())
 	}
-	b.Cleanup(func() {
-		// Hard stops, so the cleanup does not wait for 10 ACPI shutdowns.
-		var wg sync.WaitGroup
-		for _, p := range pods {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				_, _ = c.Crictl(b, "stop", "--timeout", "0", p.ctr)
-				_, _ = c.Crictl(b, "stopp", p.pod)
-				_, _ = c.Crictl(b, "rmp", "--force", p.pod)
-			}()
-		}
-		wg.Wait()
-	})
+	b.Cleanup(func() { node.removeAll(b, pods) })
+	for _, p := range pods {
+		node.run(b, p)
+		c.MustCrictl(b, "start", p.ctr)
+	}
 	for _, p := range pods {
 		waitLogs(b, c, p.ctr, "VMPOD-GUEST: ready", 4*time.Minute)
 	}
 	ready = time.Since(start)
 
-	shimPIDs := make([]int, n)
-	qemuPIDs := make([]int, n)
-	for i, p := range pods {
-		shimPIDs[i] = c.InspectPod(b, p.pod).PID
-		qemuPIDs[i] = qemuPID(b, c, p.ctr)
-	}
-	if slices.Contains(shimPIDs, 0) {
-		b.Fatalf("shim pids %v: containerd reported none for a pod", shimPIDs)
-	}
-	// Settle (libvirt's agent handshake, containerd's first stats, a
-	// malloc trim of the shim: every 10 s), then sample: the last of three
-	// shows the steady state.
-	time.Sleep(12 * time.Second)
-	for round := 0; round < 3; round++ {
-		if round > 0 {
-			time.Sleep(3 * time.Second)
-		}
-		shims, qemus = readAll(b, shimPIDs), readAll(b, qemuPIDs)
-	}
+	shimPIDs, qemuPIDs := node.pids(b, pods)
+	shims, qemus = settleAndSample(b, shimPIDs, qemuPIDs)
 	if dir := os.Getenv(footprintDumpEnv); dir != "" {
 		dumpProcs(b, dir, shimPIDs)
 	}
@@ -166,36 +119,6 @@ func runFootprint(b *testing.B, n int, pkg string, env []string) (shims, qemus [
 		time.Sleep(d)
 	}
 	return shims, qemus, ready
-}
-
-// footprintShimDir builds pkg (a path below the repo root) and puts it on
-// containerd's PATH as containerd-shim-vmpod-v2.
-func footprintShimDir(b *testing.B, pkg string) string {
-	dir := b.TempDir()
-	bin := filepath.Join(dir, filepath.Base(pkg))
-	cmd := exec.Command("go", "build", "-o", bin, pkg)
-	cmd.Dir = "../.."
-	if out, err := cmd.CombinedOutput(); err != nil {
-		b.Fatalf("build %s: %v\n%s", pkg, err, out)
-	}
-	if filepath.Base(bin) != "containerd-shim-vmpod-v2" {
-		if err := os.Symlink(bin, filepath.Join(dir, "containerd-shim-vmpod-v2")); err != nil {
-			b.Fatal(err)
-		}
-	}
-	return dir
-}
-
-func readAll(b *testing.B, pids []int) []procmem.Process {
-	ps := make([]procmem.Process, len(pids))
-	for i, pid := range pids {
-		p, err := procmem.Read(pid)
-		if err != nil {
-			b.Fatalf("memory of %d: %v", pid, err)
-		}
-		ps[i] = p
-	}
-	return ps
 }
 
 func dumpProcs(b *testing.B, dir string, pids []int) {
