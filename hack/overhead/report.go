@@ -15,7 +15,7 @@ func report(w io.Writer, rs []result, shimIdle uint64) {
 	fmt.Fprintf(w, "\nModel in pkg/vmspec (OverheadTCG): fixed %d MiB + %d MiB per GiB + %d MiB per vCPU\n\n",
 		model.FixedBytes>>20, model.PerGuestGiBBytes>>20, model.PerVCPUBytes>>20)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "guest MiB\tvCPUs\tTHP\tboot s\ttouched\tin THP\tQEMU RSS\tPSS\tanon\tfile\tPTE\tcgroup-cache\tQEMU overhead\tpeak\tTB unfilled\tshim RSS\tworst\tmodel\terror\t")
+	fmt.Fprintln(tw, "guest MiB\tvCPUs\tTHP\tboot s\ttouched\tin THP\tQEMU RSS\tPSS\tanon\tfile\tPTE\tcgroup-cache\tQEMU overhead\tpeak\tTB unfilled\tstand-in RSS\tworst\tmodel\terror\t")
 	for _, r := range rs {
 		pred := model.Bytes(uint64(r.GuestMiB)<<20, r.VCPUs)
 		cg := "-"
@@ -35,7 +35,8 @@ in THP = the part of it in transparent huge pages (fewer page tables).
 anon/file = QEMU's RSS split (file: QEMU, its libraries and the mapped guest kernel: reclaimable page cache).
 QEMU overhead = max(anon outside guest RAM + PTE, cgroup usage - page cache - touched), after boot;
   peak = the largest anon outside guest RAM + PTE in any sample, during boot (every 250 ms) or after.
-worst = max(QEMU overhead, peak) + TB unfilled (the rest of the tb-cache a long-running guest fills) + shim RSS.
+stand-in RSS = this process's RSS, for reference only (it is not the shim: see -shim-mib).
+worst = max(QEMU overhead, peak) + TB unfilled (the rest of the tb-cache a long-running guest fills) + the shim (-shim-mib).
 error = model - worst (positive: the model has headroom).`)
 
 	fit, ok := fitModel(rs)
@@ -52,10 +53,10 @@ error = model - worst (positive: the model has headroom).`)
 	}
 	fmt.Fprintf(w, "\nLeast squares on QEMU's part (max(QEMU overhead, peak) + TB unfilled): %.1f MiB + %.2f MiB/GiB + %.2f MiB/vCPU (max residual %.1f MiB)\n",
 		fit.fixed, fit.perGiB, fit.perVCPU, fit.maxResidual)
-	fmt.Fprintf(w, "Shim stand-in: %.1f MiB idle with libvirt open, %.1f MiB with the first VM, %.1f MiB at most (it grows a little with every VM this one process ran)\n",
-		mib(shimIdle), mib(firstShim), mib(shim))
-	c := fit.constants(shim)
-	fmt.Fprintf(w, "Suggested: fixed = (intercept + max residual + max shim) + %d%%, rounded up to 4 MiB; slopes rounded up to whole MiB:\n", marginPercent)
+	fmt.Fprintf(w, "Stand-in (this process, not counted): %.1f MiB idle with libvirt open, %.1f MiB with the first VM, %.1f MiB at most; the shim counted: %.1f MiB (-shim-mib)\n",
+		mib(shimIdle), mib(firstShim), mib(shim), shimMiB)
+	c := fit.constants(shimBytes())
+	fmt.Fprintf(w, "Suggested: fixed = (intercept + max residual + shim) + %d%%, rounded up to 4 MiB; slopes rounded up to whole MiB:\n", marginPercent)
 	fmt.Fprintf(w, "\tOverheadTCG = Overhead{FixedBytes: %d << 20, PerGuestGiBBytes: %d << 20, PerVCPUBytes: %d << 20}\n",
 		c.FixedBytes>>20, c.PerGuestGiBBytes>>20, c.PerVCPUBytes>>20)
 	worstErr := math.Inf(1)
