@@ -3,33 +3,36 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientset "k8s.io/client-go/kubernetes"
 	resourcehelper "k8s.io/component-helpers/resource"
+	"sigs.k8s.io/yaml"
 
 	"github.com/vmpod/vmpod/internal/testenv/controlplane"
+	"github.com/vmpod/vmpod/internal/testenv/repo"
 )
 
 // The numbers of TestOverheadCountedOnce, those of the local cluster where
 // the double count was seen: the RuntimeClass overhead of
-// manifests/runtimeclass.yaml, VM pods of 50m and 64Mi, a 2-CPU node.
+// manifests/runtimeclass.yaml (shippedOverhead; its CPU, 100m, is what
+// smallNodeFits counts with), VM pods of 50m and 64Mi, a 2-CPU node.
 const (
-	overheadCPU    = "100m"
-	overheadMemory = "160Mi"
-	smallVMCPU     = "50m"
-	smallVMMemory  = "64Mi"
-	smallNodeCPU   = "2"
+	smallVMCPU    = "50m"
+	smallVMMemory = "64Mi"
+	smallNodeCPU  = "2"
 	// smallNodeFits is how many such pods the node holds, each counted at
 	// requests plus overhead once: 2000m / (50m + 100m), rounded down.
-	// Memory (13 x 224Mi of 4Gi, and VMPlacement's footprint of each VM
-	// is below 224Mi) does not limit it.
+	// Memory (13 x (64Mi + the overhead's) of 4Gi) does not limit it.
 	smallNodeFits = 13
 	// smallNodeRunning of them run already when the test's scheduler starts.
 	smallNodeRunning = 5
@@ -50,10 +53,11 @@ func TestOverheadCountedOnce(t *testing.T) {
 	cp := controlplane.Start(t, controlplane.Options{})
 	ctx := t.Context()
 	c := cp.Client
-	createNamespace(t, c, v1.ResourceList{
-		v1.ResourceCPU:    resource.MustParse(overheadCPU),
-		v1.ResourceMemory: resource.MustParse(overheadMemory),
-	})
+	overhead := shippedOverhead(t)
+	if cpu := overhead[v1.ResourceCPU]; cpu.Cmp(resource.MustParse("100m")) != 0 {
+		t.Fatalf("manifests/runtimeclass.yaml's overhead has cpu %s; smallNodeFits counts with 100m", cpu.String())
+	}
+	createNamespace(t, c, overhead)
 	if _, err := c.CoreV1().Nodes().Create(ctx, vmNode("small", "4Gi").CPU(smallNodeCPU).Obj(), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +88,7 @@ func TestOverheadCountedOnce(t *testing.T) {
 	}
 	if got, want := smallNodeRunning+len(bound), smallNodeFits; got != want {
 		t.Errorf("the node holds %d VM pods (%d running + %d bound, pending: %v), want %d: each at %s + %s CPU in %s",
-			got, smallNodeRunning, len(bound), pending, want, smallVMCPU, overheadCPU, smallNodeCPU)
+			got, smallNodeRunning, len(bound), pending, want, smallVMCPU, overhead.Cpu().String(), smallNodeCPU)
 	}
 	if len(pending) != 1 {
 		t.Errorf("pending pods %v, want exactly one", pending)
@@ -115,7 +119,7 @@ func runPodOnNode(t *testing.T, c clientset.Interface, pod *v1.Pod, node string)
 		t.Fatalf("pod %s status: %v", pod.Name, err)
 	}
 	want := resource.MustParse(smallVMCPU)
-	want.Add(resource.MustParse(overheadCPU))
+	want.Add(shippedOverhead(t)[v1.ResourceCPU])
 	if got := updated.Status.AllocatedResources[v1.ResourceCPU]; got.Cmp(want) != 0 {
 		t.Fatalf("test setup: pod %s status.allocatedResources.cpu is %s as stored, want %s (requests + overhead, as a kubelet reports it)",
 			pod.Name, got.String(), want.String())
@@ -180,4 +184,22 @@ func waitScheduled(t *testing.T, c clientset.Interface, name string) (node, msg 
 		t.Fatalf("pod %s neither bound nor unschedulable: %v", name, err)
 	}
 	return node, msg
+}
+
+// shippedOverhead is the RuntimeClass overhead vmpod ships
+// (manifests/runtimeclass.yaml).
+func shippedOverhead(t *testing.T) v1.ResourceList {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(repo.Root(t), "manifests", "runtimeclass.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rc nodev1.RuntimeClass
+	if err := yaml.UnmarshalStrict(data, &rc); err != nil {
+		t.Fatalf("manifests/runtimeclass.yaml: %v", err)
+	}
+	if rc.Overhead == nil || rc.Overhead.PodFixed == nil {
+		t.Fatal("manifests/runtimeclass.yaml has no overhead.podFixed")
+	}
+	return rc.Overhead.PodFixed
 }
