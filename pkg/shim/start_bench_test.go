@@ -37,10 +37,14 @@ const initMarker = "VMPOD-GUEST: init"
 // to /init's first line, and vmpod's phases.
 type startRun struct {
 	firstLine, init time.Duration
+	// cpus is QEMU's Cpus_allowed_list: the three must run alike.
+	cpus string
 	// vmpod only: the shim's start command for the pod, the Create call,
 	// Start to the first serial line, and the phases the shim logged.
 	shimExec, create, startToFirst time.Duration
 	phases                         vm.Phases
+	// libvirt only: Define, and Start (paused) to Resume's return.
+	define, start time.Duration
 }
 
 // BenchmarkStartPhases starts the test guest b.N times (make bench: 5) in
@@ -90,7 +94,7 @@ func vmpodStart(b *testing.B) startRun {
 	r := startRun{
 		firstLine: first.Sub(e.createdAt), init: initAt.Sub(e.createdAt),
 		shimExec: e.shimExec, create: e.startedAt.Sub(e.createdAt), startToFirst: first.Sub(e.startedAt),
-		phases: phases,
+		phases: phases, cpus: cpusAllowed(int(qemuPID)),
 	}
 	if _, err := c.Kill(ctx, &taskAPI.KillRequest{ID: e.p.vmID, Signal: uint32(syscall.SIGKILL)}); err != nil {
 		b.Fatal(err)
@@ -101,6 +105,17 @@ func vmpodStart(b *testing.B) startRun {
 	e.deletePod(b, ctx, c)
 	waitGone(int(qemuPID), 10*time.Second)
 	return r
+}
+
+// cpusAllowed is a process's Cpus_allowed_list.
+func cpusAllowed(pid int) string {
+	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "Cpus_allowed_list:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "?"
 }
 
 // logField is the value of key="..." in a logrus text line.
@@ -228,6 +243,7 @@ func (r *startReference) libvirtStart(b *testing.B) startRun {
 	if err := r.conn.Define(ctx, xml); err != nil {
 		b.Fatal(err)
 	}
+	defined := time.Now()
 	if err := r.conn.Start(ctx, r.spec.Name, virt.StartOptions{Paused: true}); err != nil {
 		b.Fatal(err)
 	}
@@ -239,11 +255,17 @@ func (r *startReference) libvirtStart(b *testing.B) startRun {
 	if err := r.conn.Resume(ctx, r.spec.Name); err != nil {
 		b.Fatal(err)
 	}
-	first, init := readUntil(b, console, began, initMarker)
+	resumed := time.Now()
+	first, init := readUntil(b, console, began, initMarker, func() string { return "" })
+	info, err := r.conn.Info(ctx, r.spec.Name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cpus := cpusAllowed(info.PID)
 	if err := r.conn.Destroy(ctx, r.spec.Name); err != nil {
 		b.Error(err)
 	}
-	return startRun{firstLine: first, init: init}
+	return startRun{firstLine: first, init: init, cpus: cpus, define: defined.Sub(began), start: resumed.Sub(defined)}
 }
 
 // bareStart starts QEMU by hand with what the domain XML names, to /init.
@@ -269,16 +291,13 @@ func (r *startReference) bareStart(b *testing.B) startRun {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	}()
-	first, init := readUntil(b, out, began, initMarker)
-	if first == 0 {
-		b.Fatalf("bare QEMU %v: no output: %s", args, stderr.String())
-	}
-	return startRun{firstLine: first, init: init}
+	first, init := readUntil(b, out, began, initMarker, func() string { return fmt.Sprintf("QEMU %v: %s", args, stderr.String()) })
+	return startRun{firstLine: first, init: init, cpus: cpusAllowed(cmd.Process.Pid)}
 }
 
 // bareArgs is QEMU's command line for the domain in xml, by hand: the
-// same machine, accelerator, CPU, memory, vCPUs, kernel, initrd and
-// command line, the overlay on virtio-blk, the agent's virtio-serial
+// same machine, accelerator (and TCG translation cache), firmware ROM,
+// CPU, memory, vCPUs, kernel, initrd and command line, the overlay on virtio-blk, the agent's virtio-serial
 // port, the serial console on stdout; no NIC, no monitor, no sandbox.
 func bareArgs(b *testing.B, xml string, l vm.Layout) []string {
 	var d libvirtxml.Domain
@@ -288,13 +307,15 @@ func bareArgs(b *testing.B, xml string, l vm.Layout) []string {
 	accel := "tcg"
 	if d.Type == "kvm" {
 		accel = "kvm"
+	} else if f := d.Features; f != nil && f.TCG != nil && f.TCG.TBCache != nil {
+		accel += fmt.Sprintf(",tb-size=%d", tbCacheMiB(*f.TCG.TBCache))
 	}
 	machine := "q35"
 	if d.OS != nil && d.OS.Type != nil && d.OS.Type.Machine != "" {
 		machine = d.OS.Type.Machine
 	}
 	args := []string{"-nodefaults", "-no-user-config", "-display", "none",
-		"-machine", machine + ",accel=" + accel,
+		"-machine", machine, "-accel", accel,
 		"-m", fmt.Sprintf("%dM", memoryMiB(d)), "-smp", fmt.Sprint(d.VCPU.Value)}
 	if c := d.CPU; c != nil {
 		switch {
@@ -305,6 +326,9 @@ func bareArgs(b *testing.B, xml string, l vm.Layout) []string {
 		case c.Model != nil && c.Model.Value != "":
 			args = append(args, "-cpu", c.Model.Value)
 		}
+	}
+	if d.OS != nil && d.OS.Loader != nil && d.OS.Loader.Type == "rom" {
+		args = append(args, "-bios", d.OS.Loader.Path) // qboot
 	}
 	if d.OS != nil {
 		args = append(args, "-kernel", d.OS.Kernel, "-append", d.OS.Cmdline)
@@ -319,6 +343,17 @@ func bareArgs(b *testing.B, xml string, l vm.Layout) []string {
 		"-chardev", "socket,id=qga,path="+filepath.Join(l.VMDir(), "bare-qga.sock")+",server=on,wait=off",
 		"-device", "virtserialport,chardev=qga,name=org.qemu.guest_agent.0",
 		"-serial", "stdio")
+}
+
+func tbCacheMiB(c libvirtxml.DomainFeatureTCGTBCache) uint {
+	switch c.Unit {
+	case "MiB", "M":
+		return c.Size
+	case "GiB", "G":
+		return c.Size << 10
+	default: // KiB
+		return c.Size >> 10
+	}
 }
 
 func memoryMiB(d libvirtxml.Domain) uint {
@@ -336,8 +371,9 @@ func memoryMiB(d libvirtxml.Domain) uint {
 }
 
 // readUntil reads serial lines from r and returns, from began, when the
-// first line arrived and when the line holding marker did.
-func readUntil(b *testing.B, r io.Reader, began time.Time, marker string) (first, found time.Duration) {
+// first line arrived and when the line holding marker did; context adds
+// to the failure when the console ends first.
+func readUntil(b *testing.B, r io.Reader, began time.Time, marker string, context func() string) (first, found time.Duration) {
 	br := bufio.NewReader(r)
 	var seen []string
 	for {
@@ -353,7 +389,7 @@ func readUntil(b *testing.B, r io.Reader, began time.Time, marker string) (first
 			}
 		}
 		if err != nil {
-			b.Fatalf("serial console ended before %q: %v; got:\n%s", marker, err, strings.Join(seen, "\n"))
+			b.Fatalf("serial console ended before %q: %v; got:\n%s\n%s", marker, err, strings.Join(seen, "\n"), context())
 		}
 	}
 }
@@ -394,6 +430,8 @@ func printStartTable(b *testing.B, domainType string, vmpod, lv, bare []startRun
 	}
 	fmt.Fprintf(&t, "  %-34s %10s\n", "Create call (ttrpc, all of Create)", ms(med(vmpod, func(r startRun) time.Duration { return r.create })))
 	fmt.Fprintf(&t, "  %-34s %10s\n", "Start -> first serial line", ms(med(vmpod, func(r startRun) time.Duration { return r.startToFirst })))
+	fmt.Fprintf(&t, "  %-34s %10s\n", "libvirt reference: Define", ms(med(lv, func(r startRun) time.Duration { return r.define })))
+	fmt.Fprintf(&t, "  %-34s %10s\n", "libvirt reference: Start..Resume", ms(med(lv, func(r startRun) time.Duration { return r.start })))
 	fmt.Fprintf(&t, "\nstart side by side, medians of %d\n", len(vmpod))
 	fmt.Fprintf(&t, "  %-30s %10s %10s %10s %14s %14s\n", "", "vmpod", "libvirt", "bare QEMU", "vmpod/libvirt", "vmpod/bare")
 	for _, row := range []struct {
@@ -407,6 +445,16 @@ func printStartTable(b *testing.B, domainType string, vmpod, lv, bare []startRun
 		fmt.Fprintf(&t, "  %-30s %10s %10s %10s %14.2f %14.2f\n", row.name, ms(v), ms(l), ms(q),
 			float64(v)/float64(l), float64(v)/float64(q))
 	}
+	cpus := func(runs []startRun) string {
+		var seen []string
+		for _, r := range runs {
+			if !slices.Contains(seen, r.cpus) {
+				seen = append(seen, r.cpus)
+			}
+		}
+		return strings.Join(seen, ",")
+	}
+	fmt.Fprintf(&t, "  %-30s %10s %10s %10s\n", "QEMU's CPUs", cpus(vmpod), cpus(lv), cpus(bare))
 	fmt.Print(t.String())
 	first := func(r startRun) time.Duration { return r.firstLine }
 	b.ReportMetric(float64(med(vmpod, first))/float64(med(lv, first)), "vmpod/libvirt")
