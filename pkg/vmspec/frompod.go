@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/big"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -79,18 +80,20 @@ func resourcesFromLimits(limits corev1.ResourceList) (int, uint64, error) {
 	var err error
 	vcpus := 1
 	if q, ok := limits[corev1.ResourceCPU]; ok {
-		switch milli := q.MilliValue(); {
-		case q.Cmp(*resource.NewQuantity(MaxVCPUs, resource.DecimalSI)) > 0:
+		switch mag := magnitude(q); {
+		case q.Sign() < 0:
+			err = invalid(field+".cpu", q.String(), "must be positive")
+		case q.Sign() == 0:
+			// The kubelet gives a limit of 0 no CFS quota, so the node
+			// (FromOCI) cannot tell it from no limit: neither can we.
+		case mag > 19 || q.Cmp(*resource.NewQuantity(MaxVCPUs, resource.DecimalSI)) > 0:
 			// The error names the value as written; vcpus stays 1 so
 			// that Validate does not report the field a second time.
 			err = invalid(field+".cpu", q.String(), fmt.Sprintf("at most %d vCPUs", MaxVCPUs))
-		case milli == 0:
-			// The kubelet gives a limit of 0 no CFS quota, so the node
-			// (FromOCI) cannot tell it from no limit: neither can we.
-		case milli < 0:
-			err = invalid(field+".cpu", q.String(), "must be positive")
+		case mag <= 0:
+			// Under one core: one vCPU.
 		default:
-			vcpus = int((milli + 999) / 1000)
+			vcpus = int((q.MilliValue() + 999) / 1000)
 		}
 	}
 	// A missing memory limit leaves 0, which Validate reports.
@@ -102,7 +105,10 @@ func resourcesFromLimits(limits corev1.ResourceList) (int, uint64, error) {
 // positive, and the largest whole-MiB uint64 for one above the int64
 // range (Validate refuses both).
 func memoryBytes(q resource.Quantity) uint64 {
-	if q.Cmp(*resource.NewQuantity(math.MaxInt64, resource.BinarySI)) > 0 {
+	switch mag := magnitude(q); {
+	case q.Sign() <= 0, mag <= 0:
+		return 0
+	case mag > 19 || q.Cmp(*resource.NewQuantity(math.MaxInt64, resource.BinarySI)) > 0:
 		return math.MaxUint64 &^ (1<<20 - 1)
 	}
 	v := q.Value()
@@ -110,6 +116,17 @@ func memoryBytes(q resource.Quantity) uint64 {
 		return 0
 	}
 	return uint64(v) &^ (1<<20 - 1)
+}
+
+// magnitude is how many digits q's integer part has (0 or less: |q| < 1),
+// from its digits and exponent, without computing 10^exponent. A pod
+// author may write a limit of 1e95555594 or 1e-95555594, which parse, and
+// comparing either exactly (Quantity.Cmp, Value) spends minutes in
+// big-number arithmetic: in the scheduler, for every cycle of that pod.
+// Past 19 digits a quantity is beyond int64; within it, Cmp is cheap.
+func magnitude(q resource.Quantity) int64 {
+	d := q.AsDec()
+	return int64(len(new(big.Int).Abs(d.UnscaledBig()).String())) - int64(d.Scale())
 }
 
 func podVolumes(pod *corev1.Pod) map[string]*corev1.Volume {
