@@ -14,7 +14,7 @@ import (
 // are not; and the other way round for the process's namespace.
 func TestInNetnsLockedThread(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to make a network namespace")
+		t.Fatal("needs root to make a network namespace: run the tests as root (make test does)")
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
