@@ -89,7 +89,9 @@ k8s_ldflags="-X k8s.io/component-base/version.gitVersion=v1.37.2 -X k8s.io/compo
 go_build "kube-apiserver, kubelet, kubectl (cold: 15-30 min on 2 cores)" "$k8s_ldflags" "$BIN/" \
 	k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl
 go_build etcd "" "$BIN/etcd" go.etcd.io/etcd/server/v3
-go_build "scheduler-plugin, vm-runtime and the shim" "$k8s_ldflags" "$BIN/" ./cmd/scheduler-plugin ./cmd/vm-runtime ./cmd/containerd-shim-vmpod-v2
+go_build "scheduler-plugin and vm-runtime" "$k8s_ldflags" "$BIN/" ./cmd/scheduler-plugin ./cmd/vm-runtime
+# The shim links no libvirt (it starts vm-runtime when it needs it): no cgo.
+(export CGO_ENABLED=0 && go_build "the shim" "" "$BIN/containerd-shim-vmpod-v2" ./cmd/containerd-shim-vmpod-v2) || exit 1
 go_build "the apiserver forwarder" "" "$BIN/vmpod-local-forward" ./hack/local/forward
 log "pause image (hack/pause/build.sh)"
 pause_archive=$(hack/pause/build.sh)

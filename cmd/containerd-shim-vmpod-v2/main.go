@@ -3,10 +3,13 @@
 // runtime_type io.containerd.vmpod.v2. It is what vm-runtime's shim
 // subcommand is, without the labeller and the renderer, so no client-go
 // and no Kubernetes API group but core/v1 (pkg/vmspec's) is linked into a
-// process that lives as long as its pod. Called as vmpod-qemu (the link
-// the shim makes) it is QEMU's jailer (pkg/jail).
+// process that lives as long as its pod; and without libvirt (no cgo: it
+// is built with CGO_ENABLED=0, and test/imports keeps libvirt out): when
+// the pod needs libvirt the shim starts `vm-runtime hypervisor`, found
+// next to it, for as long as it needs it (pkg/virt/remote). Called as
+// vmpod-qemu (the link the shim makes) it is QEMU's jailer (pkg/jail).
 //
-// The shim also keeps its memory small (memory.go): see docs/shim-memory.md.
+// What it weighs: docs/shim-memory.md.
 package main
 
 import (
@@ -29,6 +32,5 @@ func main() {
 	if len(args) > 0 && args[0] == "shim" {
 		args = args[1:]
 	}
-	tuneMemory()
 	shim.Run(name, args)
 }

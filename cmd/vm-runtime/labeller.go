@@ -18,6 +18,7 @@ import (
 	"github.com/vmpod/vmpod/pkg/host"
 	"github.com/vmpod/vmpod/pkg/labeller"
 	"github.com/vmpod/vmpod/pkg/node"
+	"github.com/vmpod/vmpod/pkg/node/embedded"
 )
 
 func labellerCmd(args []string) int {
@@ -125,7 +126,7 @@ func capabilitySource(ctx context.Context, capsFile, domCapsFile, cacheDir, kvmC
 	openCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	o := node.Options{CapsCache: cacheDir, KVMCache: kvmCache}
-	conn, err := node.Open(openCtx, root, o)
+	conn, err := embedded.Open(openCtx, root, o)
 	if err != nil {
 		os.RemoveAll(root)
 		return nil, nil, err

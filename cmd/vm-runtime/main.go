@@ -31,6 +31,11 @@ Usage:
       Keep the node's vmpod labels (docs/labels.md) in step with what its
       QEMU can run; in-cluster config without --kubeconfig.
 
+  vm-runtime hypervisor --root DIR [--caps-cache DIR] [--kvm-cache FILE] [--jailer PATH] [--pod]
+      The libvirt helper a pod's shim starts when it needs libvirt (the
+      shim itself links none): serves the shim on descriptor 3, opening
+      the embedded libvirt root DIR, until the shim hangs up.
+
 Called as vmpod-qemu (a link the shim makes), it is the jailer libvirt
 starts in place of QEMU: see pkg/jail.
 `
@@ -69,6 +74,8 @@ func run(argv0 string, args []string) int {
 		return criCmd(args[1:])
 	case "render":
 		return renderCmd(args[1:])
+	case "hypervisor":
+		return hypervisorCmd(args[1:])
 	case "labeller":
 		return labellerCmd(args[1:])
 	case "-h", "--help", "help":

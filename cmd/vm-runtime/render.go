@@ -9,6 +9,7 @@ import (
 
 	"github.com/vmpod/vmpod/pkg/host"
 	"github.com/vmpod/vmpod/pkg/node"
+	"github.com/vmpod/vmpod/pkg/node/embedded"
 	"github.com/vmpod/vmpod/pkg/render"
 )
 
@@ -82,7 +83,7 @@ func targetHost(capsFile, domCapsFile, kvmCache string) (host.Host, error) {
 	defer os.RemoveAll(root)
 	ctx := context.Background()
 	o := node.Options{CapsCache: DefaultCapsCache, KVMCache: kvmCache}
-	conn, err := node.Open(ctx, root, o)
+	conn, err := embedded.Open(ctx, root, o)
 	if err != nil {
 		return host.Host{}, err
 	}

@@ -14,7 +14,7 @@ WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/root/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     go build -trimpath -o /out/vm-runtime ./cmd/vm-runtime \
-    && go build -trimpath -o /out/containerd-shim-vmpod-v2 ./cmd/containerd-shim-vmpod-v2
+    && CGO_ENABLED=0 go build -trimpath -o /out/containerd-shim-vmpod-v2 ./cmd/containerd-shim-vmpod-v2
 
 FROM debian:${DEBIAN}-slim
 # util-linux: nsenter for the installer. libvirt's QEMU driver looks up the

@@ -23,6 +23,7 @@ import (
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/vmpod/vmpod/pkg/node"
+	"github.com/vmpod/vmpod/pkg/node/embedded"
 	"github.com/vmpod/vmpod/pkg/virt"
 )
 
@@ -45,7 +46,7 @@ func run(cache string, n int) error {
 	defer os.RemoveAll(root)
 	o := node.Options{CapsCache: cache, Pod: true}
 	start := time.Now()
-	conn, err := node.Open(ctx, filepath.Join(root, "libvirt"), o)
+	conn, err := embedded.Open(ctx, filepath.Join(root, "libvirt"), o)
 	if err != nil {
 		return err
 	}
@@ -76,7 +77,7 @@ func run(cache string, n int) error {
 			return err
 		}
 		start := time.Now()
-		if conn, err = node.Open(ctx, filepath.Join(root, "libvirt"), o); err != nil {
+		if conn, err = embedded.Open(ctx, filepath.Join(root, "libvirt"), o); err != nil {
 			return err
 		}
 		// What a reopened shim does next: ask about its VM.

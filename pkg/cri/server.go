@@ -15,6 +15,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/vmpod/vmpod/pkg/node"
+	"github.com/vmpod/vmpod/pkg/node/embedded"
 	"github.com/vmpod/vmpod/pkg/virt/libvirt"
 	"github.com/vmpod/vmpod/pkg/vm"
 )
@@ -127,7 +128,7 @@ func (s *Server) hypervisor(ctx context.Context) (vm.Env, error) {
 		return vm.Env{}, err
 	}
 	o := node.Options{CapsCache: s.cfg.CapsCache, KVMCache: s.cfg.KVMCache, Pod: true, Jailer: jailer}
-	conn, err := node.Open(ctx, s.cfg.libvirtRoot(), o)
+	conn, err := embedded.Open(ctx, s.cfg.libvirtRoot(), o)
 	if err != nil {
 		return vm.Env{}, err
 	}

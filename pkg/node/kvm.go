@@ -119,7 +119,7 @@ func CheckKVM(ctx context.Context, o ProbeOptions) (KVM, error) {
 		return KVM{}, fmt.Errorf("KVM probe cache: %w", err)
 	}
 	defer lock.Close()
-	if err := flock(ctx, lock); err != nil {
+	if err := Flock(ctx, lock); err != nil {
 		return KVM{}, fmt.Errorf("KVM probe cache: %w", err)
 	}
 	if v, ok := readVerdict(o.CacheFile); ok && v.Key == key {
@@ -376,8 +376,8 @@ func writeVerdict(path string, v KVM) error {
 	return nil
 }
 
-// flock takes an exclusive lock on f, giving up when ctx ends.
-func flock(ctx context.Context, f *os.File) error {
+// Flock takes an exclusive lock on f, giving up when ctx ends.
+func Flock(ctx context.Context, f *os.File) error {
 	for {
 		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {

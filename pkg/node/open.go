@@ -2,12 +2,11 @@ package node
 
 import (
 	"context"
+	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"github.com/vmpod/vmpod/pkg/host"
-	"github.com/vmpod/vmpod/pkg/virt/libvirt"
+	"github.com/vmpod/vmpod/pkg/virt"
 )
 
 // Options say where the node keeps what libvirt and the KVM probe share
@@ -26,40 +25,41 @@ type Options struct {
 	Jailer string
 }
 
-// Open opens libvirt's embedded QEMU driver on root, as every vmpod
-// process does (the shim for a pod, the cleanup after a dead shim, the
-// labeller and render for the node).
-func Open(ctx context.Context, root string, o Options) (*libvirt.Conn, error) {
-	opts := libvirt.EmbedOptions{CacheDir: o.CapsCache, NoCgroups: o.Pod}
-	if o.Jailer != "" {
-		opts.Emulators = []string{o.Jailer}
-	}
-	if o.CapsCache != "" && libvirt.ColdCache(o.CapsCache, opts.Emulators) {
-		// A node's first pods, started together: one probes QEMU, the
-		// others wait for it and take its results from the cache, rather
-		// than each probing every QEMU binary for seconds at once.
-		if err := os.MkdirAll(o.CapsCache, 0o755); err != nil {
-			return nil, fmt.Errorf("capabilities cache: %w", err)
-		}
-		lock, err := os.OpenFile(filepath.Join(o.CapsCache, ".probe.lock"), os.O_RDWR|os.O_CREATE, 0o600)
-		if err != nil {
-			return nil, fmt.Errorf("capabilities cache: %w", err)
-		}
-		defer lock.Close()
-		if err := flock(ctx, lock); err != nil {
-			return nil, fmt.Errorf("capabilities cache: wait for another process's probe: %w", err)
-		}
-	}
-	return libvirt.OpenEmbedded(ctx, root, opts)
-}
-
-// HostOf is what VMs run on through conn: libvirt's capabilities, less KVM
+// HostOf is what VMs run on through hv: libvirt's capabilities, less KVM
 // where the probe's verdict (cached; probed again when QEMU, the kernel or
 // /dev/kvm changed) says it does not work.
-func HostOf(ctx context.Context, conn *libvirt.Conn, o Options) (host.Host, error) {
+func HostOf(ctx context.Context, hv virt.Hypervisor, o Options) (host.Host, error) {
 	kvm, err := CheckKVM(ctx, ProbeOptions{CacheFile: o.KVMCache})
 	if err != nil {
 		return host.Host{}, err
 	}
-	return Host(ctx, conn, kvm)
+	return Host(ctx, hv, kvm)
+}
+
+// HelperArgs are the arguments of `vm-runtime hypervisor` (the helper a
+// pod's shim starts, pkg/virt/remote) that open root with o;
+// ParseHelperArgs reads them back.
+func (o Options) HelperArgs(root string) []string {
+	args := []string{"hypervisor", "--root", root, "--caps-cache", o.CapsCache, "--kvm-cache", o.KVMCache, "--jailer", o.Jailer}
+	if o.Pod {
+		args = append(args, "--pod")
+	}
+	return args
+}
+
+// ParseHelperArgs reads HelperArgs, without the leading "hypervisor".
+func ParseHelperArgs(args []string) (root string, o Options, err error) {
+	fs := flag.NewFlagSet("hypervisor", flag.ContinueOnError)
+	fs.StringVar(&root, "root", "", "the embedded libvirt root to open")
+	fs.StringVar(&o.CapsCache, "caps-cache", "", "the node's warm copy of libvirt's QEMU capabilities")
+	fs.StringVar(&o.KVMCache, "kvm-cache", "", "the KVM probe's verdict")
+	fs.StringVar(&o.Jailer, "jailer", "", "the emulator the pod's domains name")
+	fs.BoolVar(&o.Pod, "pod", false, "a pod's root: libvirt makes no cgroups")
+	if err := fs.Parse(args); err != nil {
+		return "", Options{}, err
+	}
+	if root == "" || fs.NArg() > 0 {
+		return "", Options{}, fmt.Errorf("hypervisor: want --root DIR and no other arguments, got %q", args)
+	}
+	return root, o, nil
 }

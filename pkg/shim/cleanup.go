@@ -8,9 +8,8 @@ import (
 
 	"github.com/containerd/log"
 
-	"github.com/vmpod/vmpod/pkg/node"
 	"github.com/vmpod/vmpod/pkg/virt"
-	"github.com/vmpod/vmpod/pkg/virt/libvirt"
+	"github.com/vmpod/vmpod/pkg/virt/remote"
 	"github.com/vmpod/vmpod/pkg/vm"
 	"github.com/vmpod/vmpod/pkg/vmspec"
 )
@@ -69,14 +68,14 @@ func cleanupAfterShim(ctx context.Context, cfg Config, bundle, id string) error 
 	return err
 }
 
-// openPodLibvirt opens a fresh embedded libvirt on the pod's root, which
+// openPodLibvirt opens the pod's libvirt root through a helper, which
 // re-attaches to the QEMU a dead shim left; nil if the pod's dir is gone.
-func openPodLibvirt(ctx context.Context, cfg Config, podDir string) (*libvirt.Conn, error) {
+func openPodLibvirt(ctx context.Context, cfg Config, podDir string) (*remote.Client, error) {
 	if _, err := os.Stat(podDir); err != nil {
 		return nil, nil
 	}
 	l := vm.Layout{Dir: podDir}
-	conn, err := node.Open(ctx, l.Libvirt(), cfg.nodeOptions())
+	conn, err := cfg.openHypervisor(ctx, l.Libvirt(), cfg.nodeOptions())
 	if err != nil {
 		return nil, fmt.Errorf("open the pod's libvirt: %w", err)
 	}

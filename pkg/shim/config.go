@@ -1,13 +1,20 @@
 package shim
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/containerd/errdefs"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/vmpod/vmpod/pkg/jail"
 	"github.com/vmpod/vmpod/pkg/node"
+	"github.com/vmpod/vmpod/pkg/virt/remote"
 	"github.com/vmpod/vmpod/pkg/vm"
 )
 
@@ -27,6 +34,14 @@ type Config struct {
 	// UIDs are the uids (and gids) QEMU processes run as, one per pod
 	// ($VMPOD_QEMU_UIDS, FIRST:COUNT, jail.DefaultRange).
 	UIDs jail.Range
+	// Helper is the libvirt helper (vm-runtime, run as `vm-runtime
+	// hypervisor`) the shim starts when it needs libvirt, since it links
+	// none ($VMPOD_LIBVIRT_HELPER; default: vm-runtime next to the shim's
+	// own executable, else on PATH).
+	Helper string
+	// HelperIdle is how long a helper stays after its last call
+	// ($VMPOD_LIBVIRT_HELPER_IDLE, a duration; remote.DefaultIdle).
+	HelperIdle time.Duration
 	// DiskCap is the most a VM's disk overlay (and any file its QEMU
 	// writes) may grow to, in bytes ($VMPOD_DISK_CAP, a quantity such as
 	// 20Gi; DefaultDiskCap). A guest writing past it gets I/O errors.
@@ -42,6 +57,14 @@ func ConfigFromEnv() (Config, error) {
 		StateRoot: os.Getenv("VMPOD_STATE_ROOT"),
 		CapsCache: os.Getenv("VMPOD_CAPS_CACHE"),
 		KVMCache:  os.Getenv("VMPOD_KVM_CACHE"),
+		Helper:    os.Getenv("VMPOD_LIBVIRT_HELPER"),
+	}
+	if v := os.Getenv("VMPOD_LIBVIRT_HELPER_IDLE"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return Config{}, fmt.Errorf("VMPOD_LIBVIRT_HELPER_IDLE %q: want a positive duration such as 5s", v)
+		}
+		c.HelperIdle = d
 	}
 	if v := os.Getenv("VMPOD_QEMU_UIDS"); v != "" {
 		r, err := jail.ParseRange(v)
@@ -82,7 +105,46 @@ func (c Config) withDefaults() Config {
 // podDir is the state dir of the pod whose sandbox is sandboxID.
 func (c Config) podDir(sandboxID string) string { return vm.PodLayout(c.StateRoot, sandboxID).Dir }
 
-// nodeOptions open a pod's libvirt (node.Open).
+// nodeOptions open a pod's libvirt.
 func (c Config) nodeOptions() node.Options {
 	return node.Options{CapsCache: c.CapsCache, KVMCache: c.KVMCache, Pod: true}
 }
+
+// openHypervisor opens the pod's libvirt root (o.Pod) through helpers
+// started on demand (pkg/virt/remote), in this process's network
+// namespace and cgroup, which QEMU inherits from them.
+func (c Config) openHypervisor(ctx context.Context, root string, o node.Options) (*remote.Client, error) {
+	helper, err := c.helperPath()
+	if err != nil {
+		return nil, err
+	}
+	args := o.HelperArgs(root)
+	return remote.Open(ctx, remote.Options{Idle: c.HelperIdle, Spawn: remote.Exec(func() *exec.Cmd {
+		cmd := exec.Command(helper, args...)
+		cmd.Stderr = os.Stderr
+		// libvirt's threads each take a malloc arena: one for all of them.
+		cmd.Env = append(os.Environ(), "MALLOC_ARENA_MAX=1")
+		return cmd
+	})})
+}
+
+// helperPath finds the libvirt helper.
+func (c Config) helperPath() (string, error) {
+	if c.Helper != "" {
+		return c.Helper, nil
+	}
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), helperName)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	p, err := exec.LookPath(helperName)
+	if err != nil {
+		return "", fmt.Errorf("the shim starts %s (the libvirt helper) to run VMs: not next to the shim, not on PATH, and $VMPOD_LIBVIRT_HELPER is not set: %w", helperName, errdefs.ErrFailedPrecondition)
+	}
+	return p, nil
+}
+
+// helperName is the libvirt helper's binary.
+const helperName = "vm-runtime"

@@ -8,7 +8,10 @@
 // One shim process serves one pod. A task has a state machine and a body:
 // the sandbox (sandboxBody), which holds the pod: its network namespace
 // (the shim process lives in it, see manager.go), its state dir and its
-// embedded libvirt, which it hands pkg/vm as the vm.Opener (pod.go); or
+// embedded libvirt root, which it hands pkg/vm as the vm.Opener (pod.go)
+// through pkg/virt/remote: the shim links no libvirt, it starts
+// `vm-runtime hypervisor` (the helper) when a call needs libvirt and lets
+// it go 5 s after the last, watching QEMU on its monitor meanwhile; or
 // the VM (vmTask), a thin translation of the task API onto a vm.VM: the
 // OCI spec becomes a vm.Request (vmtask.go), Create/Start/Kill/Delete/
 // Stats/Update call the VM's own, its stdio is the guest's serial console
@@ -27,8 +30,9 @@
 // cgroupsPath it can use is refused: a VM never runs outside its pod's
 // limits.
 //
-// It may import vm, vmspec, node, podcgroup, virt and virt/libvirt, jail
+// It may import vm, vmspec, node, podcgroup, virt and virt/remote, jail
 // (for its uid range setting),
 // containerd's shim, API and events packages, and the standard library;
-// nothing imports it but cmd/vm-runtime.
+// never virt/libvirt or node/embedded, which link libvirt (test/imports);
+// nothing imports it but cmd/vm-runtime and cmd/containerd-shim-vmpod-v2.
 package shim

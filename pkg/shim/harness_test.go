@@ -50,8 +50,16 @@ func buildShim(t testing.TB) string {
 		}
 		atExit = append(atExit, func() { os.RemoveAll(dir) })
 		shimBinary.path = filepath.Join(dir, "containerd-shim-vmpod-v2")
-		if out, err := exec.Command("go", "build", "-o", shimBinary.path, "../../cmd/containerd-shim-vmpod-v2").CombinedOutput(); err != nil {
+		// As make build builds them: the shim without cgo, and next to it
+		// vm-runtime, the libvirt helper the shim starts.
+		shim := exec.Command("go", "build", "-o", shimBinary.path, "../../cmd/containerd-shim-vmpod-v2")
+		shim.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := shim.CombinedOutput(); err != nil {
 			shimBinary.err = fmt.Errorf("build containerd-shim-vmpod-v2: %v\n%s", err, out)
+			return
+		}
+		if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "vm-runtime"), "../../cmd/vm-runtime").CombinedOutput(); err != nil {
+			shimBinary.err = fmt.Errorf("build vm-runtime: %v\n%s", err, out)
 		}
 	})
 	if shimBinary.err != nil {
@@ -125,8 +133,51 @@ type shimEnv struct {
 func (e shimEnv) environ() []string {
 	// One capabilities cache for all the pods of a test binary, as a
 	// node has: only the first pod probes QEMU.
+	// The libvirt helper goes 1 s after its last call (5 s by default), so
+	// the tests see the pod run without it.
 	return append(os.Environ(), "TTRPC_ADDRESS="+e.containerd, "VMPOD_STATE_ROOT="+e.state,
-		"VMPOD_CAPS_CACHE="+filepath.Join(filepath.Dir(e.bin), "caps"))
+		"VMPOD_CAPS_CACHE="+filepath.Join(filepath.Dir(e.bin), "caps"), "VMPOD_LIBVIRT_HELPER_IDLE=1s")
+}
+
+// helpers are the running libvirt helpers (vm-runtime hypervisor) the
+// process shimPID started.
+func helpers(t testing.TB, shimPID int) []int {
+	t.Helper()
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", d.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		s := string(stat)
+		i := strings.LastIndexByte(s, ')')
+		f := strings.Fields(s[i+1:])
+		if len(f) > 1 && f[1] == strconv.Itoa(shimPID) && s[strings.IndexByte(s, '(')+1:i] == "vm-runtime" {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// waitNoHelper waits until shimPID runs no libvirt helper.
+func waitNoHelper(t testing.TB, shimPID int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for len(helpers(t, shimPID)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("shim %d still runs libvirt helpers %v %v after its last call", shimPID, helpers(t, shimPID), timeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // bootstrap runs the shim's start command in bundle, as containerd does,

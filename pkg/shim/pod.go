@@ -13,13 +13,15 @@ import (
 
 	"github.com/vmpod/vmpod/pkg/node"
 	"github.com/vmpod/vmpod/pkg/podcgroup"
-	"github.com/vmpod/vmpod/pkg/virt/libvirt"
+	"github.com/vmpod/vmpod/pkg/virt/remote"
 	"github.com/vmpod/vmpod/pkg/vm"
 )
 
 // pod is what the sandbox task holds: the pod's state dir and the embedded
-// libvirt opened in it. libvirt is opened on first need (the VM task's
-// Create), since opening probes QEMU.
+// libvirt root in it, which helpers open on demand (pkg/virt/remote): the
+// shim links no libvirt. The first is started on first need (at the
+// sandbox's creation, in the background, so the VM task's Create finds it
+// ready).
 type pod struct {
 	id     string
 	dir    string
@@ -28,7 +30,7 @@ type pod struct {
 	cgroup *podcgroup.Path // the sandbox's cgroup, which the shim entered; nil if none
 
 	once  sync.Once
-	conn  *libvirt.Conn
+	hv    *remote.Client
 	vmEnv vm.Env
 	err   error
 }
@@ -44,9 +46,10 @@ func newPod(cfg Config, sandboxID string, cgroup *podcgroup.Path) (*pod, error) 
 // layout is where the pod's VM keeps its files.
 func (p *pod) layout() vm.Layout { return vm.Layout{Dir: p.dir} }
 
-// env is the pod's vm.Opener: the embedded libvirt driver opened in the
-// pod's state dir and QEMU's jail, once. libvirt makes no cgroups: QEMU
-// stays in the shim's cgroup (the pod's) until the VM moves it into its own.
+// env is the pod's vm.Opener: the embedded libvirt driver on the pod's
+// state dir, through the helper, and QEMU's jail, once. libvirt makes no
+// cgroups: QEMU stays in the helper's cgroup, the shim's (the pod's), until
+// the VM moves it into its own.
 func (p *pod) env(ctx context.Context) (vm.Env, error) {
 	p.once.Do(func() {
 		if p.vmEnv.Jail, p.err = vm.LeaseJail(p.cfg.StateRoot, p.cfg.UIDs, p.layout(), p.cfg.DiskCap); p.err != nil {
@@ -54,23 +57,23 @@ func (p *pod) env(ctx context.Context) (vm.Env, error) {
 		}
 		o := p.cfg.nodeOptions()
 		o.Jailer = p.vmEnv.Jail.Jailer // probed with the node's cache, not at Define
-		if p.conn, p.err = node.Open(ctx, p.layout().Libvirt(), o); p.err != nil {
+		if p.hv, p.err = p.cfg.openHypervisor(ctx, p.layout().Libvirt(), o); p.err != nil {
 			return
 		}
-		p.vmEnv.Runtime = vm.NewRuntime(p.conn)
+		p.vmEnv.Runtime = vm.NewRuntime(p.hv)
 		// `start` probed KVM already (Manager.Start), so this reads the cache.
-		p.vmEnv.Host, p.err = node.HostOf(ctx, p.conn, o)
+		p.vmEnv.Host, p.err = node.HostOf(ctx, p.hv, o)
 	})
 	return p.vmEnv, p.err
 }
 
-// close closes libvirt; running QEMUs keep running. An open still under
+// close lets go of libvirt; running QEMUs keep running. An open still under
 // way (createSandbox starts one) finishes first; one not started yet
 // never will.
 func (p *pod) close() {
 	p.once.Do(func() { p.err = fmt.Errorf("pod %s is being removed: %w", p.id, errdefs.ErrFailedPrecondition) })
-	if p.conn != nil {
-		if err := p.conn.Close(); err != nil {
+	if p.hv != nil {
+		if err := p.hv.Close(); err != nil {
 			log.L.WithError(err).Warn("close libvirt")
 		}
 	}

@@ -184,8 +184,8 @@ func (e *podEnv) runPod(t testing.TB, ctx context.Context) (taskAPI.TTRPCTaskSer
 
 // TestShimRunsVMPod plays containerd against the real shim binary: a pod
 // whose container is the test guest boots in a network namespace the test
-// made, answers HTTP on the pod IP, powers off on SIGTERM with exit status
-// 0, and leaves nothing behind.
+// made, answers HTTP on the pod IP, runs on with no libvirt in the shim's
+// reach, powers itself off with exit status 0, and leaves nothing behind.
 func TestShimRunsVMPod(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -262,15 +262,34 @@ func TestShimRunsVMPod(t *testing.T) {
 		t.Errorf("exec with a terminal: %v; want a refusal that names the missing TTY", err)
 	}
 
-	// SIGTERM is the ACPI power button; the guest powers off cleanly.
-	if _, err := c.Kill(ctx, &taskAPI.KillRequest{ID: e.p.vmID, Signal: uint32(syscall.SIGTERM)}); err != nil {
+	// The shim holds no libvirt while nothing asks for it: its helper went
+	// after its last call (the exec's), and QEMU runs on.
+	conn, err := c.Connect(ctx, &taskAPI.ConnectRequest{ID: e.p.vmID})
+	if err != nil {
 		t.Fatal(err)
+	}
+	waitNoHelper(t, int(conn.ShimPid), 10*time.Second)
+	if !alive(int(qemuPID)) {
+		t.Fatalf("QEMU %d went with the libvirt helper", qemuPID)
+	}
+
+	// The guest powers itself off while no libvirt runs: the shim sees it
+	// on QEMU's monitor, and the container exits 0 as under libvirt. (The
+	// exec starts a helper again, which goes 1 s later; the guest waits 5.)
+	if _, errOut, status := execIn(t, ctx, c, e.p.vmID, "poweroff", []string{"sh", "-c", "(sleep 5; poweroff -f) >/dev/null 2>&1 </dev/null &"}, ""); status != 0 {
+		t.Fatalf("exec a delayed poweroff: stderr %q, status %d", errOut, status)
+	}
+	waitNoHelper(t, int(conn.ShimPid), 10*time.Second)
+	if st, err := c.State(ctx, &taskAPI.StateRequest{ID: e.p.vmID}); err != nil || st.Status != task.Status_RUNNING {
+		t.Fatalf("State = %v, %v; want the VM still running when its helper has gone", st, err)
 	}
 	w, err := c.Wait(ctx, &taskAPI.WaitRequest{ID: e.p.vmID})
 	if err != nil || w.ExitStatus != 0 {
 		t.Fatalf("Wait = %v, %v; want exit status 0", w, err)
 	}
-	e.stdout.waitFor(t, "VMPOD-GUEST: poweroff", 10*time.Second)
+	if !waitGone(int(qemuPID), 10*time.Second) {
+		t.Errorf("QEMU %d still runs after the guest powered off", qemuPID)
+	}
 
 	e.deletePod(t, ctx, c)
 	if !waitGone(int(qemuPID), 10*time.Second) {

@@ -22,6 +22,7 @@ import (
 	"github.com/vmpod/vmpod/pkg/host"
 	"github.com/vmpod/vmpod/pkg/jail"
 	"github.com/vmpod/vmpod/pkg/node"
+	"github.com/vmpod/vmpod/pkg/node/embedded"
 	"github.com/vmpod/vmpod/pkg/virt"
 	"github.com/vmpod/vmpod/pkg/virt/libvirt"
 	"github.com/vmpod/vmpod/pkg/vm"
@@ -153,7 +154,7 @@ func newStartReference(b *testing.B) *startReference {
 	b.Cleanup(func() { os.RemoveAll(root) })
 	o := node.Options{CapsCache: filepath.Join(filepath.Dir(buildShim(b)), "caps"), Pod: true}
 	r := &startReference{root: root}
-	if r.conn, err = node.Open(ctx, filepath.Join(root, "libvirt"), o); err != nil {
+	if r.conn, err = embedded.Open(ctx, filepath.Join(root, "libvirt"), o); err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { r.conn.Close() })

@@ -50,15 +50,25 @@ func startVMNode(b testing.TB, pkg string, env []string) *vmNode {
 }
 
 // buildShimDir builds pkg (a path below the repo root) and puts it on
-// containerd's PATH as containerd-shim-vmpod-v2.
+// containerd's PATH as containerd-shim-vmpod-v2, with vm-runtime (the
+// libvirt helper the shim starts) next to it.
 func buildShimDir(b testing.TB, pkg string) string {
 	b.Helper()
 	dir := b.TempDir()
 	bin := filepath.Join(dir, filepath.Base(pkg))
-	cmd := exec.Command("go", "build", "-o", bin, pkg)
-	cmd.Dir = "../.."
-	if out, err := cmd.CombinedOutput(); err != nil {
-		b.Fatalf("build %s: %v\n%s", pkg, err, out)
+	for _, p := range []string{pkg, "./cmd/vm-runtime"} {
+		out := filepath.Join(dir, filepath.Base(p))
+		if p != pkg && out == bin {
+			continue
+		}
+		cmd := exec.Command("go", "build", "-o", out, p)
+		cmd.Dir = "../.."
+		if filepath.Base(p) == "containerd-shim-vmpod-v2" {
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // as make build
+		}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("build %s: %v\n%s", p, err, out)
+		}
 	}
 	if filepath.Base(bin) != "containerd-shim-vmpod-v2" {
 		if err := os.Symlink(bin, filepath.Join(dir, "containerd-shim-vmpod-v2")); err != nil {

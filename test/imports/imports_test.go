@@ -109,7 +109,7 @@ func TestOneCgoPackage(t *testing.T) {
 func TestFrontDoorsAreThin(t *testing.T) {
 	pkgs := listPackages(t)
 	rules := map[string][]string{
-		module + "/pkg/shim": {module + "/pkg/podnet", module + "/pkg/convert", module + "/pkg/host"},
+		module + "/pkg/shim": {module + "/pkg/podnet", module + "/pkg/convert", module + "/pkg/host", module + "/pkg/virt/libvirt", module + "/pkg/node/embedded"},
 		module + "/pkg/vm":   {module + "/pkg/shim", module + "/pkg/cri", module + "/pkg/node", module + "/pkg/virt/libvirt", "libvirt.org/go/libvirt"},
 		module + "/pkg/cri":  {module + "/pkg/shim", module + "/pkg/podnet", module + "/pkg/convert", module + "/pkg/host"},
 	}
@@ -123,5 +123,30 @@ func TestFrontDoorsAreThin(t *testing.T) {
 				t.Errorf("%s imports %s; its doc.go says why it may not", path, imp)
 			}
 		}
+	}
+}
+
+// TestShimLinksNoLibvirt: the shim lives as long as its pod, once per VM
+// pod, so it links no libvirt (no cgo, no libvirt's libraries and malloc
+// in its memory); it starts vm-runtime when it needs libvirt
+// (pkg/virt/remote). make build builds it with CGO_ENABLED=0.
+func TestShimLinksNoLibvirt(t *testing.T) {
+	pkgs := listPackages(t)
+	for _, path := range []string{module + "/cmd/containerd-shim-vmpod-v2", module + "/pkg/shim"} {
+		p, ok := pkgs[path]
+		if !ok {
+			t.Fatalf("no %s", path)
+		}
+		for _, dep := range p.Deps {
+			if dep == "libvirt.org/go/libvirt" || dep == module+"/pkg/virt/libvirt" || dep == module+"/pkg/node/embedded" {
+				t.Errorf("%s links %s; the shim reaches libvirt through pkg/virt/remote", path, dep)
+			}
+		}
+	}
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", os.DevNull, "./cmd/containerd-shim-vmpod-v2")
+	cmd.Dir = repo.Root(t)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("the shim does not build without cgo: %v\n%s", err, out)
 	}
 }

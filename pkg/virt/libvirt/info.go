@@ -2,6 +2,7 @@ package libvirt
 
 import (
 	"context"
+	"encoding/xml"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -196,4 +197,32 @@ func bestVirtType(caps *libvirtxml.Caps, arch string) string {
 		}
 	}
 	return "qemu"
+}
+
+// Monitor is the QMP socket of a running domain's QEMU, from the live
+// status libvirt keeps in <root>/run/qemu/<name>.xml, so that another
+// process can watch QEMU while no libvirt does (pkg/virt/remote).
+// FailedPrecondition when the domain does not run, NotImplemented on a
+// connection without a root (the test driver has no QEMU).
+func (c *Conn) Monitor(name string) (string, error) {
+	if c.root == "" {
+		return "", fmt.Errorf("monitor of %s: %w: no QEMU on this connection", subject(name), errdefs.ErrNotImplemented)
+	}
+	b, err := os.ReadFile(filepath.Join(c.root, "run", "qemu", name+".xml"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("monitor of %s: %w: not running", subject(name), errdefs.ErrFailedPrecondition)
+	}
+	if err != nil {
+		return "", fmt.Errorf("monitor of %s: %w: %v", subject(name), errdefs.ErrInternal, err)
+	}
+	var status struct {
+		Monitor struct {
+			Path string `xml:"path,attr"`
+			Type string `xml:"type,attr"`
+		} `xml:"monitor"`
+	}
+	if err := xml.Unmarshal(b, &status); err != nil || status.Monitor.Type != "unix" || status.Monitor.Path == "" {
+		return "", fmt.Errorf("monitor of %s: %w: no unix monitor in libvirt's status (%v)", subject(name), errdefs.ErrInternal, err)
+	}
+	return status.Monitor.Path, nil
 }

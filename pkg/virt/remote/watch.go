@@ -1,0 +1,327 @@
+package remote
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/containerd/log"
+	"golang.org/x/sys/unix"
+
+	"github.com/vmpod/vmpod/pkg/virt"
+)
+
+// maxQMPLine bounds one message from QEMU's monitor (QEMU is untrusted).
+const maxQMPLine = 1 << 20
+
+// handoff is what a watch needs to know about a running QEMU, learnt from
+// libvirt before its helper went.
+type handoff struct {
+	name    string // the domain
+	monitor string // QMP socket
+	pid     int
+}
+
+// watch follows one domain's QEMU through its QMP monitor while no libvirt
+// does, and reports what libvirt would have: see the package doc.
+type watch struct {
+	h       handoff
+	deliver func(...virt.Event)
+	pidfd   int // -1 when the pid could not be opened (QEMU gone)
+	done    chan struct{}
+
+	stopping atomic.Bool
+	mu       sync.Mutex
+	conn     net.Conn
+	reason   virt.StopReason // why QEMU is going, once the monitor said; StopNone before
+	reported bool            // EventStopped delivered
+}
+
+func startWatch(h handoff, deliver func(...virt.Event)) *watch {
+	w := &watch{h: h, deliver: deliver, pidfd: -1, done: make(chan struct{})}
+	fd, err := unix.PidfdOpen(h.pid, 0)
+	if err != nil {
+		// Gone since libvirt reported it, with no one to say why.
+		close(w.done)
+		w.report()
+		return w
+	}
+	w.pidfd = fd
+	go w.run()
+	return w
+}
+
+func (w *watch) logger() *log.Entry {
+	return log.L.WithField("domain", w.h.name).WithField("qemu", w.h.pid)
+}
+
+func (w *watch) run() {
+	defer close(w.done)
+	conn, err := net.DialTimeout("unix", w.h.monitor, 10*time.Second)
+	if err == nil {
+		w.mu.Lock()
+		w.conn = conn
+		w.mu.Unlock()
+		if w.stopping.Load() {
+			conn.Close()
+			return
+		}
+		err = w.follow(conn)
+		conn.Close()
+		if w.stopping.Load() {
+			return
+		}
+	}
+	var perr *protocolError
+	switch {
+	case errors.As(err, &perr):
+		w.logger().WithError(err).Warn("QEMU's monitor broke the protocol; killing QEMU")
+		w.kill()
+	case err != nil && w.alive():
+		// No monitor but a live QEMU: wait for it to go all the same.
+		w.logger().WithError(err).Warn("cannot follow QEMU's monitor; waiting for QEMU to exit")
+		w.waitExit(-1)
+	}
+	if !w.waitExit(30 * time.Second) {
+		w.logger().Warn("QEMU closed its monitor but did not exit in 30 s; killing it")
+		w.kill()
+		w.waitExit(-1)
+	}
+	w.report()
+}
+
+// protocolError is a monitor that does not speak QMP.
+type protocolError struct{ err error }
+
+func (e *protocolError) Error() string { return "QMP: " + e.err.Error() }
+func (e *protocolError) Unwrap() error { return e.err }
+
+type qmpMessage struct {
+	QMP    json.RawMessage `json:"QMP"`
+	Return json.RawMessage `json:"return"`
+	Error  json.RawMessage `json:"error"`
+	Event  string          `json:"event"`
+	Data   struct {
+		Guest bool `json:"guest"`
+	} `json:"data"`
+}
+
+// follow negotiates QMP, asks for the current status and then handles
+// events until QEMU closes the monitor (nil) or breaks the protocol.
+func (w *watch) follow(conn net.Conn) error {
+	sc := bufio.NewScanner(conn)
+	sc.Buffer(make([]byte, 4096), maxQMPLine)
+	next := func() (qmpMessage, error) {
+		var m qmpMessage
+		if !sc.Scan() {
+			if err := sc.Err(); err != nil && !errors.Is(err, net.ErrClosed) {
+				if errors.Is(err, bufio.ErrTooLong) {
+					return m, &protocolError{err}
+				}
+				return m, err
+			}
+			return m, errEOF
+		}
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			return m, &protocolError{err}
+		}
+		return m, nil
+	}
+	// reply reads up to the answer of the command just sent.
+	reply := func() (qmpMessage, error) {
+		for {
+			m, err := next()
+			if err != nil || m.Return != nil || m.Error != nil {
+				return m, err
+			}
+			if m.Event != "" {
+				w.event(conn, m)
+			}
+		}
+	}
+	greeting, err := next()
+	if err != nil {
+		return eofIsNil(err)
+	}
+	if greeting.QMP == nil {
+		return &protocolError{fmt.Errorf("no greeting")}
+	}
+	if err := send(conn, `{"execute":"qmp_capabilities"}`); err != nil {
+		return nil
+	}
+	if m, err := reply(); err != nil || m.Error != nil {
+		return eofIsNil(orProtocol(err, m))
+	}
+	if err := send(conn, `{"execute":"query-status"}`); err != nil {
+		return nil
+	}
+	m, err := reply()
+	if err != nil || m.Error != nil {
+		return eofIsNil(orProtocol(err, m))
+	}
+	var status struct {
+		Status string `json:"status"`
+	}
+	if err := json.Unmarshal(m.Return, &status); err != nil {
+		return &protocolError{err}
+	}
+	switch status.Status {
+	case "shutdown":
+		// The guest powered off while no one listened: with -no-shutdown
+		// QEMU waits in this state (a host signal would have ended it).
+		w.event(conn, qmpMessage{Event: "SHUTDOWN", Data: struct {
+			Guest bool `json:"guest"`
+		}{Guest: true}})
+	case "guest-panicked":
+		w.event(conn, qmpMessage{Event: "GUEST_PANICKED"})
+	}
+	for {
+		m, err := next()
+		if err != nil {
+			return eofIsNil(err)
+		}
+		if m.Event != "" {
+			w.event(conn, m)
+		}
+	}
+}
+
+var errEOF = errors.New("monitor closed")
+
+func eofIsNil(err error) error {
+	if errors.Is(err, errEOF) {
+		return nil
+	}
+	return err
+}
+
+func orProtocol(err error, m qmpMessage) error {
+	if err != nil {
+		return err
+	}
+	return &protocolError{fmt.Errorf("refused: %s", m.Error)}
+}
+
+func send(conn net.Conn, cmd string) error {
+	_ = conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	_, err := conn.Write([]byte(cmd + "\n"))
+	return err
+}
+
+// event turns one QMP event into libvirt's lifecycle events. QEMU runs
+// with -no-shutdown, so after a power-off or a panic it waits, paused:
+// it is told to quit, as libvirt would destroy it.
+func (w *watch) event(conn net.Conn, m qmpMessage) {
+	ev := virt.Event{Domain: w.h.name}
+	switch m.Event {
+	case "SHUTDOWN":
+		reason := virt.StopDestroyed // a signal, or a quit
+		if m.Data.Guest {
+			reason = virt.StopGuestShutdown
+		}
+		if !w.going(reason) {
+			return
+		}
+		ev.Type, ev.Reason = virt.EventShutdown, reason
+		w.deliver(ev)
+		_ = send(conn, `{"execute":"quit"}`)
+	case "GUEST_PANICKED":
+		if !w.going(virt.StopCrashed) {
+			return
+		}
+		ev.Type, ev.Reason = virt.EventCrashed, virt.StopCrashed
+		w.deliver(ev)
+		_ = send(conn, `{"execute":"quit"}`)
+	case "STOP":
+		ev.Type = virt.EventSuspended
+		w.deliver(ev)
+	case "RESUME":
+		ev.Type = virt.EventResumed
+		w.deliver(ev)
+	}
+}
+
+// going records why QEMU is going; false if it was known already.
+func (w *watch) going(r virt.StopReason) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.reason != virt.StopNone {
+		return false
+	}
+	w.reason = r
+	return true
+}
+
+// report delivers EventStopped once: with why QEMU went if the monitor
+// said, else as a failure (QEMU died).
+func (w *watch) report() {
+	w.mu.Lock()
+	if w.reported {
+		w.mu.Unlock()
+		return
+	}
+	w.reported = true
+	r := w.reason
+	w.mu.Unlock()
+	if r == virt.StopNone {
+		r = virt.StopFailed
+	}
+	w.deliver(virt.Event{Domain: w.h.name, Type: virt.EventStopped, Reason: r})
+}
+
+// stop lets go of the monitor, for libvirt. It reports whether QEMU still
+// runs (libvirt takes it over); if it went meanwhile, it reports that.
+func (w *watch) stop() bool {
+	w.stopping.Store(true)
+	w.mu.Lock()
+	if w.conn != nil {
+		w.conn.Close()
+	}
+	going := w.reason != virt.StopNone
+	w.mu.Unlock()
+	<-w.done
+	if w.pidfd < 0 {
+		return false
+	}
+	defer unix.Close(w.pidfd)
+	if going {
+		// Told to quit: let it, rather than hand libvirt a dying QEMU.
+		w.waitExit(10 * time.Second)
+	}
+	if w.alive() {
+		return true
+	}
+	w.report()
+	return false
+}
+
+// alive reports whether QEMU has not exited.
+func (w *watch) alive() bool { return !w.waitExit(0) }
+
+// waitExit waits up to d (forever if negative) for QEMU to exit and
+// reports whether it has.
+func (w *watch) waitExit(d time.Duration) bool {
+	timeout := -1
+	if d >= 0 {
+		timeout = int(d / time.Millisecond)
+	}
+	for {
+		fds := []unix.PollFd{{Fd: int32(w.pidfd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, timeout)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		return err == nil && n > 0
+	}
+}
+
+func (w *watch) kill() {
+	if err := unix.PidfdSendSignal(w.pidfd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+		w.logger().WithError(err).Warn("kill QEMU")
+	}
+}
