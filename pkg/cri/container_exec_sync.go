@@ -72,9 +72,34 @@ func execInGuest(ctx, vmCtx context.Context, v *vm.VM, req vm.ExecRequest) (vm.E
 		return vm.ExecResult{ExitCode: 127, Stderr: []byte("vmpod: " + err.Error() + "\n")}, nil
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return vm.ExecResult{}, err
+	case stoppedUnder(ctx, v, err):
+		if ctx.Err() != nil { // the timeout, the client, or the VM's wait
+			return vm.ExecResult{}, fmt.Errorf("%w (%v)", context.Cause(ctx), err)
+		}
+		return vm.ExecResult{}, errorf(errdefs.ErrFailedPrecondition, "the VM stopped while the command ran (%v)", err)
 	default:
 		return vm.ExecResult{ExitCode: 126, Stderr: []byte("vmpod: " + err.Error() + "\n")}, nil
 	}
+}
+
+// vmStopSettle bounds how long an exec that lost the guest agent waits to
+// learn whether the VM stopped.
+const vmStopSettle = 2 * time.Second
+
+// stoppedUnder says whether err, an agent call that failed as one fails
+// when the domain is gone or not running, came from the VM stopping under
+// the command: the agent's channel can go before the VM's stop event
+// arrives (and the VM's wait takes the VM back), so the stop is waited
+// for, briefly. A running guest without an agent pays that wait on top of
+// the agent ping's.
+func stoppedUnder(ctx context.Context, v *vm.VM, err error) bool {
+	if !errdefs.IsFailedPrecondition(err) && !errdefs.IsNotFound(err) && !errdefs.IsUnavailable(err) {
+		return false
+	}
+	wctx, cancel := context.WithTimeout(ctx, vmStopSettle)
+	defer cancel()
+	_, werr := v.Wait(wctx)
+	return werr == nil || ctx.Err() != nil
 }
 
 // capOutput keeps at most maxExecSyncOutput bytes of b, saying so at its

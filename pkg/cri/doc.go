@@ -88,7 +88,11 @@
 //     takes the VM under a lock (container.use), not through the busy
 //     mark that Start/Stop/Remove hold; when the VM stops, its wait takes
 //     it back, ends the execs still waiting on it, and waits for them
-//     before deleting the VM.
+//     before deleting the VM. Such an exec fails with FailedPrecondition,
+//     "the VM stopped while the command ran" (the agent's channel often
+//     goes before the stop event arrives: an agent call that fails as on
+//     a gone domain waits up to 2 s for the VM's stop to tell the two
+//     apart).
 //   - ContainerStats, ListContainerStats, PodSandboxStats,
 //     ListPodSandboxStats from vm.Stats (QEMU's cgroup, v1 or v2):
 //     cumulative CPU and, from the second sample on, the rate; memory

@@ -100,8 +100,10 @@ func TestCrictlVMPod(t *testing.T) {
 	n.checkStats(id, podID)
 	n.checkUpdate(id, podID)
 
+	waiting := n.execInFlight(id)
 	n.must("stop", "--timeout", "60", id)
 	n.waitLogs(id, "VMPOD-GUEST: poweroff", 10*time.Second)
+	waiting()
 	var st struct {
 		Status struct {
 			State    string

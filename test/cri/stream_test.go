@@ -306,3 +306,34 @@ func (n *node) cpuQuota(podID, id string) string {
 	}
 	return f[0]
 }
+
+// execInFlight starts a crictl exec -s that runs until the VM stops, and
+// waits until the guest runs it; the function it returns, called after
+// the VM stopped, checks that the exec ended with the VM (the VM's
+// deletion waits for the execs it ends).
+func (n *node) execInFlight(id string) func() {
+	t := n.t
+	cmd, out := n.background("exec", "-s", id, "sleep", "300")
+	running := false
+	for i := 0; i < 100 && !running; i++ { // bounded: the agent starts it at once
+		running = strings.Contains(n.must("exec", "-s", id, "ps"), "sleep 300")
+		if !running {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	if !running {
+		t.Errorf("the guest does not run the exec's sleep 300:\n%s", out.String())
+	}
+	return func() {
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(out.String(), "the VM stopped while the command ran") {
+				t.Errorf("an exec waiting when the VM stopped: %v:\n%s\nwant it ended, saying the VM stopped", err, out.String())
+			}
+		case <-time.After(time.Minute):
+			t.Errorf("an exec waiting when the VM stopped is still waiting a minute after:\n%s", out.String())
+		}
+	}
+}
