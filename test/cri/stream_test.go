@@ -144,23 +144,43 @@ func (n *node) checkExec(id string) {
 	}
 }
 
-// checkAttach: crictl attach (no terminal) shows what the guest writes on
-// its serial console from then on.
+// checkAttach: crictl attach -i (no terminal) shows what the guest writes
+// on its serial console from then on, and what it types goes to the
+// console (the guest's tty echoes it: init holds /dev/console open).
 func (n *node) checkAttach(id string) {
 	t := n.t
-	cmd, out := n.background("attach", id)
+	cmd := n.crictlCmd(context.Background(), n.crictlArgs("attach", "-i", id)...)
+	out := &lines{}
+	cmd.Stdout, cmd.Stderr = out, out
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		stdin.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
 	// The attach is ready at some point after crictl starts: write until
 	// one line comes through (bounded).
 	var got []string
 	for i := 0; i < 20 && got == nil; i++ {
 		n.must("exec", "-s", id, "sh", "-c", fmt.Sprintf("echo VMPOD-ATTACH-%d >/dev/console", i))
-		got = out.waitFor(regexp.MustCompile(`VMPOD-ATTACH-(\d+)`), 3*time.Second)
+		got = out.waitFor(regexp.MustCompile(`VMPOD-ATTACH-\d+`), 3*time.Second)
 	}
 	if got == nil {
 		t.Errorf("crictl attach showed no console line the guest wrote:\n%s", out.String())
+		return
 	}
-	cmd.Process.Kill()
-	cmd.Wait()
+	if _, err := io.WriteString(stdin, "VMPOD-TYPED\n"); err != nil {
+		t.Fatal(err)
+	}
+	if out.waitFor(regexp.MustCompile(`VMPOD-TYPED`), 30*time.Second) == nil {
+		t.Errorf("what crictl attach -i typed did not reach the console (no echo):\n%s", out.String())
+	}
 }
 
 // checkPortForward: crictl port-forward to the guest's HTTP server (port
