@@ -27,6 +27,8 @@ func criCmd(args []string) int {
 	kvmCache := fs.String("kvm-cache", node.DefaultKVMCache, "node-wide KVM probe verdict")
 	uids := fs.String("qemu-uids", "", "FIRST:COUNT uids for QEMU processes, one per pod (default: the jail's range)")
 	diskCap := fs.String("disk-cap", "20Gi", "the most a VM's disk overlay may grow to")
+	streamAddr := fs.String("stream-address", cri.DefaultStreamAddr, "host:port of the exec/attach/port-forward streaming server the kubelet connects to (port 0: chosen at start)")
+	cgroupParent := fs.String("default-cgroup-parent", cri.DefaultCgroupParent, "cgroupfs parent of the pods whose sandbox names no cgroup_parent (each gets <parent>/pod<sandbox id>)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -35,7 +37,8 @@ func criCmd(args []string) int {
 		return 2
 	}
 	cfg := cri.Config{StateRoot: *stateRoot, NetnsDir: *netnsDir, CNIConfDir: *cniConf,
-		CNIBinDirs: strings.Split(*cniBin, ","), CapsCache: *capsCache, KVMCache: *kvmCache}
+		CNIBinDirs: strings.Split(*cniBin, ","), CapsCache: *capsCache, KVMCache: *kvmCache,
+		StreamAddr: *streamAddr, DefaultCgroupParent: *cgroupParent}
 	if *uids != "" {
 		r, err := jail.ParseRange(*uids)
 		if err != nil {

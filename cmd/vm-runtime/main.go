@@ -21,8 +21,12 @@ Usage:
       containerd-shim-vmpod-v2, a link to this binary).
   vm-runtime cri [--listen unix:///run/vmpod/cri.sock] [--state-root /var/lib/vmpod]
                  [--cni-conf-dir /etc/cni/net.d] [--cni-bin-dir /opt/cni/bin,/usr/lib/cni]
+                 [--stream-address 127.0.0.1:0] [--default-cgroup-parent /vmpod]
       A CRI server (runtime and image services) for VM-only nodes whose
       kubelet's containerRuntimeEndpoint points at it: every pod is a VM.
+      exec runs commands through the guest agent, attach is the serial
+      console, port-forward reaches the pod IP; their streams are served on
+      --stream-address, which the kubelet connects to.
   vm-runtime render -f pod.yaml [--capabilities caps.xml [--domain-capabilities domcaps.xml]]
       Print the libvirt domain XML the pod becomes on this node (or on the
       node whose capabilities are given). Exit 2 if the pod is invalid.

@@ -27,10 +27,30 @@ type Config struct {
 	UIDs jail.Range
 	// DiskCap is the most a VM's disk overlay may grow to.
 	DiskCap uint64
+	// StreamAddr is where the streaming server (exec, attach,
+	// port-forward) listens, host:port; port 0 picks a free one at start.
+	// The kubelet connects to it and proxies the streams, so the node's
+	// loopback is enough.
+	StreamAddr string
+	// DefaultCgroupParent is the cgroupfs parent of the pods whose
+	// sandbox names no cgroup_parent (critest, crictl without one): each
+	// such pod gets <DefaultCgroupParent>/pod<sandbox id>.
+	DefaultCgroupParent string
 }
 
 // DefaultDiskCap is the default Config.DiskCap: 20 GiB, as the shim's.
 const DefaultDiskCap = 20 << 30
+
+const (
+	// DefaultStreamAddr is the default Config.StreamAddr: the node's
+	// loopback, a port chosen at start (as containerd's default
+	// stream_server_port "0").
+	DefaultStreamAddr = "127.0.0.1:0"
+	// DefaultCgroupParent is the default Config.DefaultCgroupParent: a
+	// cgroup of vmpod's own beside the kubelet's kubepods, so such pods
+	// are neither in the root cgroup nor under another runtime's.
+	DefaultCgroupParent = "/vmpod"
+)
 
 // WithDefaults fills what c leaves empty with the node's usual places.
 func (c Config) WithDefaults() Config {
@@ -57,6 +77,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.DiskCap == 0 {
 		c.DiskCap = DefaultDiskCap
+	}
+	if c.StreamAddr == "" {
+		c.StreamAddr = DefaultStreamAddr
+	}
+	if c.DefaultCgroupParent == "" {
+		c.DefaultCgroupParent = DefaultCgroupParent
 	}
 	return c
 }

@@ -1,8 +1,10 @@
 package cri
 
 import (
+	"context"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/containerd/errdefs"
 
@@ -59,11 +61,73 @@ type container struct {
 	*stored[containerRecord]
 	id, sandboxID string // never change
 
-	// Set from Create until the VM is deleted; nil after a restart.
+	// Set from Create until the VM is deleted; nil after a restart. Only
+	// Create, Start, Stop and Remove (each holding the busy mark) and the
+	// VM's wait use vm directly; everything that runs beside them (exec,
+	// attach, stats, update) goes through use.
 	vm  *vm.VM
 	log *criLog
+	// console is the VM's console output, to the log and any attach.
+	console *consoleOut
 	// exited is closed when a started VM stopped and was deleted.
 	exited chan struct{}
+
+	live liveVM
+	cpu  cpuSampler
+}
+
+// liveVM is the container's VM while it runs, for the calls that share
+// it with its lifecycle: use lends it out, and stop (the VM's wait, once
+// the VM stopped) takes it back, cancels what still uses it and waits for
+// them before the VM is deleted.
+type liveVM struct {
+	mu     sync.Mutex
+	vm     *vm.VM
+	ctx    context.Context // ends when the VM stops
+	cancel context.CancelFunc
+	users  sync.WaitGroup
+}
+
+// start lends v out from now on.
+func (l *liveVM) start(v *vm.VM) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.vm = v
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+}
+
+// use is the running VM, a context that ends when it stops, and the
+// release every use must call; FailedPrecondition when it does not run.
+func (c *container) use() (*vm.VM, context.Context, func(), error) {
+	l := &c.live
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.vm == nil {
+		return nil, nil, nil, errorf(errdefs.ErrFailedPrecondition, "container %s is %s, not running", c.id, c.get().State)
+	}
+	l.users.Add(1)
+	return l.vm, l.ctx, l.users.Done, nil
+}
+
+// running is nil when the container's VM runs.
+func (c *container) running() error {
+	_, _, release, err := c.use()
+	if err == nil {
+		release()
+	}
+	return err
+}
+
+// stop lends the VM out no more, ends what uses it and waits for them.
+func (l *liveVM) stop() {
+	l.mu.Lock()
+	cancel := l.cancel
+	l.vm, l.cancel = nil, nil
+	l.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	l.users.Wait()
 }
 
 func newContainer(c Config, rec containerRecord) *container {

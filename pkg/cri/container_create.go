@@ -79,7 +79,7 @@ func (s *Server) CreateContainer(ctx context.Context, r *runtimeapi.CreateContai
 	if err != nil {
 		return nil, err
 	}
-	cg, err := containerCgroup(sbRec.CgroupParent, id)
+	cg, err := containerCgroup(s.podCgroupParent(sbRec), id)
 	if err != nil {
 		return nil, err
 	}
@@ -101,6 +101,7 @@ func (s *Server) CreateContainer(ctx context.Context, r *runtimeapi.CreateContai
 			c.log.Close()
 		}
 	}()
+	c.console = newConsoleOut(c.log)
 
 	// libvirt opens here, in the server's namespace, not the pod's.
 	env, err := s.hypervisor(ctx)
@@ -124,7 +125,7 @@ func (s *Server) CreateContainer(ctx context.Context, r *runtimeapi.CreateContai
 		InstanceID: sbRec.UID,
 		Cgroup:     cg,
 		CPU:        oci.Linux.Resources.CPU,
-		ConsoleOut: c.log,
+		ConsoleOut: c.console,
 		Record:     c.record,
 	}
 	req.BlockDevices, err = blockDevices(cfg.GetDevices())
@@ -244,15 +245,43 @@ func mountSource(mounts []*runtimeapi.Mount, dest string) string {
 // cgroup parent, in the form of the parent's driver, as containerd names
 // it (cgroupfs: <parent>/<id>; systemd: <parent slice>:cri-vmpod:<id>).
 func containerCgroup(parent, id string) (podcgroup.Path, error) {
-	switch {
-	case parent == "":
-		return podcgroup.Path{}, errorf(errdefs.ErrInvalidArgument,
-			"the sandbox has no cgroup_parent: a VM is charged to its pod's cgroup, which the kubelet names")
-	case path.Ext(parent) == ".slice":
+	if path.Ext(parent) == ".slice" {
 		return podcgroup.Parse(fmt.Sprintf("%s:cri-vmpod:%s", parent, id))
-	default:
-		return podcgroup.Parse(path.Join(parent, id))
 	}
+	return podcgroup.Parse(path.Join(parent, id))
+}
+
+// podCgroupParent is the pod's cgroup: the sandbox's cgroup_parent, or,
+// when it names none (critest sends none; a kubelet always does), a
+// cgroupfs one of vmpod's own, <Config.DefaultCgroupParent>/pod<sandbox
+// id>, which RemovePodSandbox removes. It has no limits of its own, so
+// such a VM is bounded by its container's limits (guest RAM plus
+// overhead) alone.
+func (s *Server) podCgroupParent(sb sandboxRecord) string {
+	if sb.CgroupParent != "" {
+		return sb.CgroupParent
+	}
+	return s.defaultPodCgroup(sb.ID)
+}
+
+func (s *Server) defaultPodCgroup(sandboxID string) string {
+	return path.Join(s.cfg.DefaultCgroupParent, "pod"+sandboxID)
+}
+
+// removeDefaultPodCgroup removes the pod cgroup podCgroupParent made for a
+// sandbox without a cgroup_parent, once no VM is in it.
+func (s *Server) removeDefaultPodCgroup(sb sandboxRecord) error {
+	if sb.CgroupParent != "" {
+		return nil
+	}
+	p, err := podcgroup.Parse(s.defaultPodCgroup(sb.ID))
+	if err != nil {
+		return err
+	}
+	if err := podcgroup.Remove(p); err != nil {
+		return errorf(errdefs.ErrInternal, "the pod's cgroup %s: %v", p.Dir, err)
+	}
+	return nil
 }
 
 // exists says whether p exists (for the cleanup checks of recover).

@@ -40,6 +40,7 @@ func (s *Server) StartContainer(ctx context.Context, r *runtimeapi.StartContaine
 		return nil, err
 	}
 	c.exited = make(chan struct{})
+	c.live.start(c.vm)
 	if err := c.update(func(r *containerRecord) error {
 		r.State, r.StartedAt = containerRunning, time.Now().UnixNano()
 		return nil
@@ -64,6 +65,9 @@ func (s *Server) wait(c *container) {
 	case <-c.vm.ConsoleDone():
 	case <-time.After(consoleDrain):
 	}
+	// Exec, attach and stats give the VM back before it goes.
+	c.live.stop()
+	c.console.close()
 	if err := c.vm.Delete(ctx); err != nil {
 		log.G(ctx).WithError(err).Errorf("container %s: delete the stopped VM (its checkpoint keeps what is left)", c.id)
 	}

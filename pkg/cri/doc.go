@@ -22,7 +22,9 @@
 //
 // It may import pkg/vm, pkg/vmspec, pkg/node, pkg/virt/libvirt (to open
 // the node's hypervisor), pkg/podcgroup (cgroup paths), pkg/jail (ranges),
-// internal/untar, k8s.io/cri-api, grpc, go-containerregistry, libcni,
+// internal/untar, k8s.io/cri-api, k8s.io/cri-streaming (the kubelet's
+// streaming server) and k8s.io/utils/exec (its exit codes), containerd's
+// cgroups stats types, grpc, go-containerregistry, libcni,
 // containerd's errdefs and log, netlink/netns, the OCI runtime spec and
 // the standard library; never pkg/shim, pkg/podnet, pkg/convert or
 // pkg/host (the VM's making is pkg/vm's).
@@ -32,7 +34,8 @@
 // Done (first vertical slice; test/cri drives it with crictl, as root:
 // go test -v ./test/cri, with the test guest built by make guest):
 //   - Version, Status (NetworkReady when the CNI conf dir has a config);
-//     every RPC not listed here answers Unimplemented.
+//     every RPC not listed here answers Unimplemented (checkpointing,
+//     events, metrics descriptors, runtime config).
 //   - Images: PullImage through go-containerregistry with the request's
 //     auth; stored by config digest under <state root>/images (record
 //     <algo>/<hex>.json, files <algo>/<hex>/rootfs), unpacked once through
@@ -58,20 +61,68 @@
 //     restart a VM found in a checkpoint is undone (vm.Undo) and its
 //     container reported exited, Reason RuntimeRestarted: nothing leaks,
 //     but the VM does not survive the restart (TestCrictlServerRestart).
+//   - ExecSync through vm.Exec (the guest agent): exit code, stdout and
+//     stderr (each cut at 4 MiB, said at its end: the kubelet's client
+//     takes 16 MiB replies), the timeout answered DeadlineExceeded as the
+//     kubelet's probes expect (the command runs on in the guest: the
+//     agent cannot signal it). A command the guest cannot run exits 127
+//     (no such program) or 126 (no agent, other failures) with the
+//     reason on stderr, as through the shim.
+//   - Streaming through the kubelet's own server package
+//     (k8s.io/cri-streaming/pkg/streaming, 1.37's successor of
+//     k8s.io/kubelet/pkg/cri/streaming), on --stream-address (default
+//     127.0.0.1:0: a port chosen at start; the kubelet connects to it and
+//     proxies): Exec through the agent (stdin read to its end first, at
+//     most vm.MaxExecInput; the exit code is the stream's; a TTY exec is
+//     refused, pointing to attach, as the shim refuses it), Attach to the
+//     serial console (output from then on, stdin to the console; a client
+//     more than 256 chunks behind misses output and is told, the console
+//     never waits for it), PortForward to the pod IP. PortForward dials
+//     from the server's own network namespace, the node's, as the
+//     kubelet's probes do: inside the pod's namespace the pod IP is the
+//     pod interface's own address (podnet hands that interface's traffic
+//     to the guest with tc, below IP), so a connection made there, to
+//     the pod IP or to localhost, stays in that namespace and never
+//     reaches the guest.
+//   - What runs beside a VM's lifecycle (exec, attach, stats, update)
+//     takes the VM under a lock (container.use), not through the busy
+//     mark that Start/Stop/Remove hold; when the VM stops, its wait takes
+//     it back, ends the execs still waiting on it, and waits for them
+//     before deleting the VM. Such an exec fails with FailedPrecondition,
+//     "the VM stopped while the command ran" (the agent's channel often
+//     goes before the stop event arrives: an agent call that fails as on
+//     a gone domain waits up to 2 s for the VM's stop to tell the two
+//     apart).
+//   - ContainerStats, ListContainerStats, PodSandboxStats,
+//     ListPodSandboxStats from vm.Stats (QEMU's cgroup, v1 or v2):
+//     cumulative CPU and, from the second sample on, the rate; memory
+//     usage, working set (usage less inactive file), RSS, page faults,
+//     available below the limit. A pod's CPU and memory are its VM's; its
+//     network is the pod interface's counters (the guest's traffic).
+//   - UpdateContainerResources through vm.Update: CPU shares and quota
+//     live; another memory limit, or a CPU limit above the vCPUs, is
+//     refused with FailedPrecondition saying to recreate the pod.
+//   - A sandbox without cgroup_parent (critest sends none) gets a pod
+//     cgroup of vmpod's own, cgroupfs <--default-cgroup-parent, /vmpod>/
+//     pod<sandbox id>, without limits of its own (the VM's container
+//     cgroup has guest RAM plus overhead as its limit); RemovePodSandbox
+//     removes it. On a systemd-driver node such a pod's cgroup is still a
+//     cgroupfs path, beside systemd's tree.
 //
 // To do, in order:
 //   - Reattach after a restart instead of undoing: pkg/vm needs a way to
 //     take over a running domain from a checkpoint (a Machine for an
 //     existing domain, the console reconnected, the DHCP server restarted
 //     in the pod netns).
-//   - Streaming: Exec/Attach/PortForward through the kubelet's streaming
-//     server (k8s.io/cri-streaming in 1.37), ExecSync through vm.Exec.
-//   - ContainerStats, ListContainerStats, PodSandboxStats,
-//     ListPodSandboxStats from vm.Stats; UpdateContainerResources through
-//     vm.Update.
-//   - A pod cgroup when the sandbox names no cgroup_parent (critest sends
-//     none): today CreateContainer refuses. The systemd driver's form
-//     (<slice>:cri-vmpod:<id>) is written but untested here.
+//   - Streaming: TLS on the streaming server (containerd offers it; the
+//     kubelet's proxy works without); attach resizes are dropped (a
+//     serial line has no window size); an attach whose client vanished
+//     is only noticed at the next console output or the VM's end.
+//   - Stats: the writable layer (the qcow2 overlay's size) and the
+//     process count are not reported; ImageFsInfo's and the overlay's
+//     usage are not tied together.
+//   - The systemd driver's form (<slice>:cri-vmpod:<id>) is written but
+//     untested here (this machine is cgroup v1 without systemd).
 //   - (Checked: with one libvirt root for the node, QEMU's jail still
 //     shows each QEMU only its own domain's master key file, which the
 //     jailer finds on QEMU's command line below jail.Spec.SecretDir and

@@ -34,6 +34,9 @@ func (s *Server) RemovePodSandbox(ctx context.Context, r *runtimeapi.RemovePodSa
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	if err := s.removeDefaultPodCgroup(rec); err != nil {
+		return nil, err
+	}
 	if err := s.removePodDir(rec.ID); err != nil {
 		return nil, err
 	}

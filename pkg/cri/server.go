@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/containerd/log"
 	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/cri-streaming/pkg/streaming"
 
 	"github.com/vmpod/vmpod/pkg/node"
 	"github.com/vmpod/vmpod/pkg/node/embedded"
@@ -33,6 +35,7 @@ type Server struct {
 	sandboxes  map[string]*sandbox
 	containers map[string]*container
 	names      map[string]string // reserved sandbox and container names -> id
+	stream     streaming.Server  // once Serve started it
 
 	hvMu sync.Mutex
 	conn *libvirt.Conn
@@ -49,6 +52,9 @@ var (
 // names a domain; otherwise at the first VM.
 func New(ctx context.Context, cfg Config) (*Server, error) {
 	cfg = cfg.WithDefaults()
+	if p := cfg.DefaultCgroupParent; !path.IsAbs(p) || path.Clean(p) != p || p == "/" {
+		return nil, errorf(errdefs.ErrInvalidArgument, "default cgroup parent %q: want a clean absolute cgroupfs path below the root", p)
+	}
 	for _, d := range []string{cfg.StateRoot, cfg.sandboxCkptDir(), cfg.containerCkptDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
@@ -71,20 +77,26 @@ func (s *Server) Register(g *grpc.Server) {
 }
 
 // Serve serves the CRI on a unix socket at addr ("unix:///run/vmpod/cri.sock"
-// or a plain path) until ctx ends. Running VMs keep running when it
+// or a plain path), and exec, attach and port-forward streams on
+// Config.StreamAddr, until ctx ends. Running VMs keep running when it
 // returns.
 func (s *Server) Serve(ctx context.Context, addr string) error {
-	path := strings.TrimPrefix(addr, "unix://")
-	if !filepath.IsAbs(path) {
+	sock := strings.TrimPrefix(addr, "unix://")
+	if !filepath.IsAbs(sock) {
 		return errorf(errdefs.ErrInvalidArgument, "listen address %q: want unix:///absolute/path", addr)
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(sock), 0o755); err != nil {
 		return err
 	}
-	if err := removeFile(path); err != nil {
+	if err := removeFile(sock); err != nil {
 		return err
 	}
-	l, err := net.Listen("unix", path)
+	stopStreaming, err := s.startStreaming(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopStreaming()
+	l, err := net.Listen("unix", sock)
 	if err != nil {
 		return err
 	}
@@ -94,7 +106,7 @@ func (s *Server) Serve(ctx context.Context, addr string) error {
 		<-ctx.Done()
 		g.Stop()
 	}()
-	log.G(ctx).Infof("CRI listening on %s", path)
+	log.G(ctx).Infof("CRI listening on %s", sock)
 	err = g.Serve(l)
 	if errors.Is(err, grpc.ErrServerStopped) {
 		err = nil

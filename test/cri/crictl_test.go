@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -63,7 +64,9 @@ func TestCrictlVMPod(t *testing.T) {
 		t.Fatalf("crictl images does not list %s:\n%s", ref, out)
 	}
 
-	podCfg, ctrCfg := n.configs(ref)
+	// As critest does: no cgroup_parent; the server's default parent
+	// (the test's cgroup here) gets a pod cgroup.
+	podCfg, ctrCfg := n.configs(ref, "")
 	podID := strings.TrimSpace(n.must("runp", podCfg))
 	var podStatus struct {
 		Status struct {
@@ -86,9 +89,21 @@ func TestCrictlVMPod(t *testing.T) {
 		t.Errorf("the guest did not take the pod IP %s:\n%s", podStatus.Status.Network.IP, logs)
 	}
 	n.checkLogFormat(filepath.Join(n.dir, "logs", "pod", "vm", "0.log"))
+	if !strings.Contains(logs, "VMPOD-GUEST: qemu-ga ready") {
+		t.Fatalf("the guest agent did not start:\n%s", logs)
+	}
 
+	n.checkExecSync(id)
+	n.checkExec(id)
+	n.checkAttach(id)
+	n.checkPortForward(podID)
+	n.checkStats(id, podID)
+	n.checkUpdate(id, podID)
+
+	waiting := n.execInFlight(id)
 	n.must("stop", "--timeout", "60", id)
 	n.waitLogs(id, "VMPOD-GUEST: poweroff", 10*time.Second)
+	waiting()
 	var st struct {
 		Status struct {
 			State    string
@@ -112,14 +127,19 @@ func TestCrictlVMPod(t *testing.T) {
 }
 
 // configs are the pod and container configs of the test guest pod, as
-// files for crictl, with the image ref.
-func (n *node) configs(ref string) (pod, ctr string) {
+// files for crictl, with the image ref and the pod's cgroup parent ("":
+// none).
+func (n *node) configs(ref, cgroupParent string) (pod, ctr string) {
+	linux := map[string]any{}
+	if cgroupParent != "" {
+		linux["cgroup_parent"] = cgroupParent
+	}
 	pod = n.writeJSON("pod.json", map[string]any{
 		"metadata":      map[string]any{"name": "guest", "namespace": "default", "uid": "7e57-c41-0001", "attempt": 0},
 		"hostname":      "guest",
 		"log_directory": filepath.Join(n.dir, "logs", "pod"),
 		"dns_config":    map[string]any{"servers": []string{"10.96.0.10"}, "searches": []string{"default.svc.cluster.local"}},
-		"linux":         map[string]any{"cgroup_parent": n.cgroup},
+		"linux":         linux,
 	})
 	ctr = n.writeJSON("vm.json", map[string]any{
 		"metadata": map[string]any{"name": "vm"},
@@ -139,7 +159,7 @@ func TestCrictlServerRestart(t *testing.T) {
 	ref := n.serveImage()
 	n.start()
 	n.must("pull", ref)
-	podCfg, ctrCfg := n.configs(ref)
+	podCfg, ctrCfg := n.configs(ref, n.cgroup)
 	podID := strings.TrimSpace(n.must("runp", podCfg))
 	id := strings.TrimSpace(n.must("create", podID, ctrCfg, podCfg))
 	n.must("start", id)
@@ -227,10 +247,58 @@ func (n *node) makeCgroupParent() {
 		}
 	}
 	n.t.Cleanup(func() {
+		n.sweep()
 		for _, d := range made {
 			os.Remove(d)
 		}
 	})
+}
+
+// sweep removes what a test that failed half-way (its server killed with
+// its VMs running) left: the QEMUs of its state root (by pid), the mounts
+// under its dir, and the cgroups under its parent, deepest first.
+func (n *node) sweep() {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	var pids []int
+	for _, p := range procs {
+		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), n.state) {
+			if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil && pid != os.Getpid() {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	for _, pid := range pids {
+		n.t.Logf("sweep: killing pid %d, left by the test", pid)
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	for _, pid := range pids { // bounded: a killed process goes within seconds
+		for i := 0; i < 100 && syscall.Kill(pid, 0) == nil; i++ {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], n.dir+"/") {
+				syscall.Unmount(f[4], syscall.MNT_DETACH)
+			}
+		}
+	}
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		roots = []string{"/sys/fs/cgroup"}
+	}
+	for _, r := range roots {
+		var dirs []string
+		filepath.WalkDir(filepath.Join(r, n.cgroup), func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() && p != filepath.Join(r, n.cgroup) {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			os.Remove(dirs[i])
+		}
+	}
 }
 
 // serveImage serves the test guest's containerdisk from a registry on the
@@ -320,7 +388,7 @@ func (n *node) start() {
 	n.server = exec.Command("nsenter", "--net="+n.nsPath, n.bin, "cri",
 		"--listen", "unix://"+n.socket, "--state-root", n.state, "--netns-dir", filepath.Join(n.dir, "netns"),
 		"--cni-conf-dir", filepath.Join(n.dir, "cni", "net.d"), "--cni-bin-dir", "/usr/lib/cni",
-		"--capabilities-cache", filepath.Join(n.dir, "caps"))
+		"--capabilities-cache", filepath.Join(n.dir, "caps"), "--default-cgroup-parent", n.cgroup)
 	n.server.Stdout, n.server.Stderr = logf, logf
 	if err := n.server.Start(); err != nil {
 		t.Fatal(err)
@@ -466,7 +534,7 @@ func (n *node) crictlRun(timeout time.Duration, args ...string) (string, error) 
 	argv := append([]string{"--config", filepath.Join(n.dir, "crictl.yaml"),
 		"--runtime-endpoint", "unix://" + n.socket, "--image-endpoint", "unix://" + n.socket,
 		"--timeout", timeout.String()}, args...)
-	cmd := exec.CommandContext(ctx, n.crictl, argv...)
+	cmd := n.crictlCmd(ctx, argv...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -1,0 +1,56 @@
+package cri
+
+import (
+	"context"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// UpdateContainerResources changes the running VM's CPU shares and quota
+// live (vm.Update). Guest memory and the vCPU count cannot change under a
+// running guest: asking for another memory limit, or a CPU limit above
+// the vCPUs, is refused with what to do instead (recreate the pod).
+func (s *Server) UpdateContainerResources(ctx context.Context, r *runtimeapi.UpdateContainerResourcesRequest) (*runtimeapi.UpdateContainerResourcesResponse, error) {
+	c, err := s.container(r.GetContainerId())
+	if err != nil {
+		return nil, err
+	}
+	v, _, release, err := c.use()
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	if err := v.Update(linuxResources(r.GetLinux())); err != nil {
+		return nil, err
+	}
+	return &runtimeapi.UpdateContainerResourcesResponse{}, nil
+}
+
+// linuxResources is the OCI form of the CRI's resources, as far as a VM
+// takes them; a zero field is one the request leaves as it is.
+func linuxResources(r *runtimeapi.LinuxContainerResources) *specs.LinuxResources {
+	if r == nil {
+		return nil
+	}
+	out := &specs.LinuxResources{}
+	if v := r.GetMemoryLimitInBytes(); v > 0 {
+		out.Memory = &specs.LinuxMemory{Limit: &v}
+	}
+	cpu := &specs.LinuxCPU{}
+	if v := r.GetCpuPeriod(); v > 0 {
+		p := uint64(v)
+		cpu.Period = &p
+	}
+	if v := r.GetCpuQuota(); v != 0 {
+		cpu.Quota = &v
+	}
+	if v := r.GetCpuShares(); v > 0 {
+		sh := uint64(v)
+		cpu.Shares = &sh
+	}
+	if cpu.Period != nil || cpu.Quota != nil || cpu.Shares != nil {
+		out.CPU = cpu
+	}
+	return out
+}

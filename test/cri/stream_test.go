@@ -1,0 +1,359 @@
+package cri_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/vishvananda/netns"
+)
+
+// crictlCmd is crictl with argv, run in the node's network namespace: the
+// streaming server's URLs name the loopback of the namespace the server
+// runs in, as a kubelet beside it would reach them.
+func (n *node) crictlCmd(ctx context.Context, argv ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + n.nsPath, n.crictl}, argv...)...)
+}
+
+// crictlArgs are crictl's global flags for this node, then args.
+func (n *node) crictlArgs(args ...string) []string {
+	return append([]string{"--config", filepath.Join(n.dir, "crictl.yaml"),
+		"--runtime-endpoint", "unix://" + n.socket, "--image-endpoint", "unix://" + n.socket, "--timeout", "3m"}, args...)
+}
+
+// crictlIO runs crictl with stdin and returns its stdout and stderr apart.
+func (n *node) crictlIO(stdin string, args ...string) (stdout, stderr string, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := n.crictlCmd(ctx, n.crictlArgs(args...)...)
+	var o, e bytes.Buffer
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(stdin), &o, &e
+	err = cmd.Run()
+	return o.String(), e.String(), err
+}
+
+// background starts crictl with args and returns its stdout as it
+// comes; it is killed (by its pid) when the test ends.
+func (n *node) background(args ...string) (*exec.Cmd, *lines) {
+	t := n.t
+	cmd := n.crictlCmd(context.Background(), n.crictlArgs(args...)...)
+	out := &lines{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	return cmd, out
+}
+
+// lines is a process's output, to wait on.
+type lines struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lines) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// waitFor waits up to timeout for re to match; the submatches, or nil.
+func (l *lines) waitFor(re *regexp.Regexp, timeout time.Duration) []string {
+	deadline := time.Now().Add(timeout)
+	for {
+		if m := re.FindStringSubmatch(l.String()); m != nil {
+			return m
+		}
+		if time.Now().After(deadline) {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// checkExecSync: crictl exec -s runs a command through the guest agent
+// and returns its output and exit code; a timeout ends it.
+func (n *node) checkExecSync(id string) {
+	t := n.t
+	for i := range 3 {
+		start := time.Now()
+		out := n.must("exec", "-s", id, "echo", "hello-exec")
+		t.Logf("crictl exec -s %d: %v round trip (crictl's own start included)", i, time.Since(start).Round(time.Millisecond))
+		if !strings.Contains(out, "hello-exec") {
+			t.Errorf("crictl exec -s echo hello-exec: %q", out)
+		}
+	}
+	if out := n.must("exec", "-s", id, "cat", "/proc/sys/kernel/hostname"); !strings.Contains(out, "guest") {
+		t.Errorf("the guest's hostname through exec -s: %q, want guest", out)
+	}
+	_, err := n.crictlRun(time.Minute, "exec", "-s", id, "sh", "-c", "echo oops >&2; exit 3")
+	if err == nil || !strings.Contains(err.Error(), "exited with 3") || !strings.Contains(err.Error(), "oops") {
+		t.Errorf("crictl exec -s of a command that exits 3: %v, want exited with 3 and its stderr", err)
+	}
+	_, err = n.crictlRun(time.Minute, "exec", "-s", id, "no-such-program")
+	if err == nil || !strings.Contains(err.Error(), "exited with 127") {
+		t.Errorf("crictl exec -s of a missing program: %v, want exit 127", err)
+	}
+	// The guest's sleep runs on (the agent cannot signal it); the
+	// guest goes with the pod.
+	_, err = n.crictlRun(time.Minute, "exec", "-s", "--timeout", "2", id, "sleep", "120")
+	if err == nil || !strings.Contains(err.Error(), "DeadlineExceeded") {
+		t.Errorf("crictl exec -s --timeout 2 sleep 120: %v, want DeadlineExceeded", err)
+	}
+}
+
+// checkExec: crictl exec through the streaming server: stdin, stdout,
+// stderr and the exit code; a terminal is refused with the reason.
+func (n *node) checkExec(id string) {
+	t := n.t
+	start := time.Now()
+	stdout, stderr, err := n.crictlIO("", "exec", id, "sh", "-c", "echo out; echo err >&2; exit 3")
+	t.Logf("crictl exec (streaming): %v round trip", time.Since(start).Round(time.Millisecond))
+	if strings.TrimSpace(stdout) != "out" || !strings.Contains(stderr, "err") || !strings.Contains(stderr, "exit code 3") || err == nil {
+		t.Errorf("crictl exec sh -c 'echo out; echo err >&2; exit 3': stdout %q, stderr %q, %v; want out, err and exit code 3", stdout, stderr, err)
+	}
+	stdout, stderr, err = n.crictlIO("piped into the guest\n", "exec", "-i", id, "cat")
+	if err != nil || stdout != "piped into the guest\n" {
+		t.Errorf("crictl exec -i cat: %q, %v (stderr %q)", stdout, err, stderr)
+	}
+	_, stderr, err = n.crictlIO("", "exec", "-it", id, "sh")
+	if err == nil || !strings.Contains(stderr, "without a TTY") {
+		t.Errorf("crictl exec -it: %v, stderr %q; want a refusal saying the agent has no TTY", err, stderr)
+	}
+}
+
+// checkAttach: crictl attach -i (no terminal) shows what the guest writes
+// on its serial console from then on, and what it types goes to the
+// console (the guest's tty echoes it: init holds /dev/console open).
+func (n *node) checkAttach(id string) {
+	t := n.t
+	cmd := n.crictlCmd(context.Background(), n.crictlArgs("attach", "-i", id)...)
+	out := &lines{}
+	cmd.Stdout, cmd.Stderr = out, out
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		stdin.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	// The attach is ready at some point after crictl starts: write until
+	// one line comes through (bounded).
+	var got []string
+	for i := 0; i < 20 && got == nil; i++ {
+		n.must("exec", "-s", id, "sh", "-c", fmt.Sprintf("echo VMPOD-ATTACH-%d >/dev/console", i))
+		got = out.waitFor(regexp.MustCompile(`VMPOD-ATTACH-\d+`), 3*time.Second)
+	}
+	if got == nil {
+		t.Errorf("crictl attach showed no console line the guest wrote:\n%s", out.String())
+		return
+	}
+	if _, err := io.WriteString(stdin, "VMPOD-TYPED\n"); err != nil {
+		t.Fatal(err)
+	}
+	if out.waitFor(regexp.MustCompile(`VMPOD-TYPED`), 30*time.Second) == nil {
+		t.Errorf("what crictl attach -i typed did not reach the console (no echo):\n%s", out.String())
+	}
+}
+
+// checkPortForward: crictl port-forward to the guest's HTTP server (port
+// 8080, hack/guest/rootfs/init) answers from the guest.
+func (n *node) checkPortForward(podID string) {
+	t := n.t
+	cmd, out := n.background("port-forward", podID, ":8080")
+	m := out.waitFor(regexp.MustCompile(`Forwarding from 127\.0\.0\.1:(\d+) -> 8080`), time.Minute)
+	if m == nil {
+		t.Errorf("crictl port-forward did not start:\n%s", out.String())
+		return
+	}
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	conn := dialIn(t, n.nsPath, "127.0.0.1:"+m[1])
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(2 * time.Minute))
+	start := time.Now()
+	if _, err := io.WriteString(conn, "GET / HTTP/1.0\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	reply, err := io.ReadAll(io.LimitReader(conn, 64<<10))
+	t.Logf("HTTP through crictl port-forward: %v round trip", time.Since(start).Round(time.Millisecond))
+	if err != nil || !strings.HasPrefix(string(reply), "HTTP/1.0 200 OK") || !strings.Contains(string(reply), "vmpod-guest") {
+		t.Errorf("HTTP GET through port-forward: %q, %v; want 200 from the guest", reply, err)
+	}
+}
+
+// dialIn connects to addr from the network namespace at path.
+func dialIn(t interface{ Fatalf(string, ...any) }, path, addr string) net.Conn {
+	type res struct {
+		c   net.Conn
+		err error
+	}
+	c := make(chan res, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		ns, err := netns.GetFromPath(path)
+		if err == nil {
+			err = netns.Set(ns)
+			ns.Close()
+		}
+		if err != nil {
+			c <- res{err: err}
+			return
+		}
+		conn, err := net.DialTimeout("tcp", addr, 30*time.Second)
+		c <- res{conn, err}
+	}()
+	r := <-c
+	if r.err != nil {
+		t.Fatalf("dial %s in %s: %v", addr, path, r.err)
+	}
+	return r.c
+}
+
+// checkStats: crictl stats and statsp report the VM's CPU and memory.
+func (n *node) checkStats(id, podID string) {
+	t := n.t
+	// crictl prints protobuf JSON: 64-bit numbers as strings.
+	type value struct {
+		Value uint64 `json:"value,string"`
+	}
+	type usage struct {
+		Cpu struct {
+			UsageCoreNanoSeconds value
+		}
+		Memory struct {
+			WorkingSetBytes value
+		}
+	}
+	var cs struct {
+		Stats []struct {
+			Attributes struct{ Id string }
+			usage
+		}
+	}
+	n.mustJSON(&cs, "stats", "--id", id)
+	if len(cs.Stats) != 1 || cs.Stats[0].Attributes.Id != id || cs.Stats[0].Cpu.UsageCoreNanoSeconds.Value == 0 || cs.Stats[0].Memory.WorkingSetBytes.Value == 0 {
+		t.Errorf("crictl stats --id %s: %+v, want the container with CPU and memory", id, cs)
+	} else {
+		t.Logf("crictl stats: CPU %v, working set %d MiB", time.Duration(cs.Stats[0].Cpu.UsageCoreNanoSeconds.Value), cs.Stats[0].Memory.WorkingSetBytes.Value>>20)
+	}
+	var ps struct {
+		Stats []struct {
+			Attributes struct{ Id string }
+			Linux      struct {
+				usage
+				Network struct {
+					DefaultInterface struct {
+						Name    string
+						RxBytes value
+					}
+				}
+				Containers []struct{ Attributes struct{ Id string } }
+			}
+		}
+	}
+	n.mustJSON(&ps, "statsp", "--id", podID)
+	if len(ps.Stats) != 1 {
+		t.Errorf("crictl statsp --id %s: %+v, want the pod", podID, ps)
+		return
+	}
+	p := ps.Stats[0]
+	if p.Attributes.Id != podID || p.Linux.Cpu.UsageCoreNanoSeconds.Value == 0 || p.Linux.Memory.WorkingSetBytes.Value == 0 ||
+		len(p.Linux.Containers) != 1 || p.Linux.Containers[0].Attributes.Id != id ||
+		p.Linux.Network.DefaultInterface.Name != "eth0" || p.Linux.Network.DefaultInterface.RxBytes.Value == 0 {
+		t.Errorf("crictl statsp --id %s: %+v, want the pod's CPU, memory, its container and eth0's traffic", podID, p)
+	}
+}
+
+// checkUpdate: crictl update --cpu-quota changes the VM's cgroup live; a
+// new memory limit is refused with what to do.
+func (n *node) checkUpdate(id, podID string) {
+	t := n.t
+	n.must("update", "--cpu-quota", "50000", id)
+	if got := n.cpuQuota(podID, id); got != "50000" {
+		t.Errorf("after crictl update --cpu-quota 50000 the VM's cgroup has quota %q", got)
+	}
+	_, err := n.crictlRun(time.Minute, "update", "--memory", fmt.Sprint(512<<20), id)
+	if err == nil || !strings.Contains(err.Error(), "recreate the pod") {
+		t.Errorf("crictl update --memory 512Mi: %v, want a refusal that says to recreate the pod", err)
+	}
+}
+
+// cpuQuota reads the CPU quota of the container's cgroup, in the pod
+// cgroup the server made under the test's parent.
+func (n *node) cpuQuota(podID, id string) string {
+	file := filepath.Join("/sys/fs/cgroup", n.cgroup, "pod"+podID, id, "cpu.max") // v2: "<quota> <period>"
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err != nil {
+		file = filepath.Join("/sys/fs/cgroup/cpu", n.cgroup, "pod"+podID, id, "cpu.cfs_quota_us")
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		n.t.Errorf("the VM's cgroup: %v", err)
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return ""
+	}
+	return f[0]
+}
+
+// execInFlight starts a crictl exec -s that runs until the VM stops, and
+// waits until the guest runs it; the function it returns, called after
+// the VM stopped, checks that the exec ended with the VM (the VM's
+// deletion waits for the execs it ends).
+func (n *node) execInFlight(id string) func() {
+	t := n.t
+	cmd, out := n.background("exec", "-s", id, "sleep", "300")
+	running := false
+	for i := 0; i < 100 && !running; i++ { // bounded: the agent starts it at once
+		running = strings.Contains(n.must("exec", "-s", id, "ps"), "sleep 300")
+		if !running {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	if !running {
+		t.Errorf("the guest does not run the exec's sleep 300:\n%s", out.String())
+	}
+	return func() {
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(out.String(), "the VM stopped while the command ran") {
+				t.Errorf("an exec waiting when the VM stopped: %v:\n%s\nwant it ended, saying the VM stopped", err, out.String())
+			}
+		case <-time.After(time.Minute):
+			t.Errorf("an exec waiting when the VM stopped is still waiting a minute after:\n%s", out.String())
+		}
+	}
+}
