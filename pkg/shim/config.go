@@ -1,6 +1,7 @@
 package shim
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -121,7 +123,8 @@ func (c Config) openHypervisor(ctx context.Context, root string, o node.Options)
 	args := o.HelperArgs(root)
 	return remote.Open(ctx, remote.Options{Idle: c.HelperIdle, Spawn: remote.Exec(func() *exec.Cmd {
 		cmd := exec.Command(helper, args...)
-		cmd.Stderr = os.Stderr
+		// What libvirt and the helper say goes to the shim's log.
+		cmd.Stderr = &lineLogger{}
 		// libvirt's threads each take a malloc arena: one for all of them.
 		cmd.Env = append(os.Environ(), "MALLOC_ARENA_MAX=1")
 		return cmd
@@ -148,3 +151,23 @@ func (c Config) helperPath() (string, error) {
 
 // helperName is the libvirt helper's binary.
 const helperName = "vm-runtime"
+
+// lineLogger logs each line written to it, as the libvirt helper's.
+type lineLogger struct{ partial []byte }
+
+func (l *lineLogger) Write(p []byte) (int, error) {
+	l.partial = append(l.partial, p...)
+	for {
+		i := bytes.IndexByte(l.partial, '\n')
+		if i < 0 {
+			break
+		}
+		log.L.WithField("from", "libvirt helper").Warn(string(l.partial[:i]))
+		l.partial = l.partial[i+1:]
+	}
+	if len(l.partial) > 4096 { // a line without end: log what came
+		log.L.WithField("from", "libvirt helper").Warn(string(l.partial))
+		l.partial = l.partial[:0]
+	}
+	return len(p), nil
+}

@@ -248,6 +248,7 @@ func TestShimRunsVMPod(t *testing.T) {
 		t.Errorf("Update memory error = %v, want a refusal", err)
 	}
 	// kubectl exec: a command in the guest, through the guest agent.
+	warmExec := time.Now()
 	if out, errOut, status := execIn(t, ctx, c, e.p.vmID, "echo", []string{"echo", "hello"}, ""); out != "hello\n" || status != 0 {
 		t.Errorf("exec echo hello: stdout %q, stderr %q, status %d; want \"hello\\n\", 0", out, errOut, status)
 	}
@@ -257,6 +258,7 @@ func TestShimRunsVMPod(t *testing.T) {
 	if out, errOut, status := execIn(t, ctx, c, e.p.vmID, "cat", []string{"cat"}, "piped\n"); out != "piped\n" || status != 0 {
 		t.Errorf("exec cat with stdin: stdout %q, stderr %q, status %d; want \"piped\\n\", 0", out, errOut, status)
 	}
+	t.Logf("exec echo hello with the libvirt helper running: %v", time.Since(warmExec).Round(time.Millisecond))
 	if _, err := c.Exec(ctx, &taskAPI.ExecProcessRequest{ID: e.p.vmID, ExecID: "tty", Terminal: true, Spec: processSpec(t, "sh")}); err == nil ||
 		!strings.Contains(err.Error(), "without a TTY") {
 		t.Errorf("exec with a terminal: %v; want a refusal that names the missing TTY", err)
@@ -276,9 +278,11 @@ func TestShimRunsVMPod(t *testing.T) {
 	// The guest powers itself off while no libvirt runs: the shim sees it
 	// on QEMU's monitor, and the container exits 0 as under libvirt. (The
 	// exec starts a helper again, which goes 1 s later; the guest waits 5.)
+	coldExec := time.Now()
 	if _, errOut, status := execIn(t, ctx, c, e.p.vmID, "poweroff", []string{"sh", "-c", "(sleep 5; poweroff -f) >/dev/null 2>&1 </dev/null &"}, ""); status != 0 {
 		t.Fatalf("exec a delayed poweroff: stderr %q, status %d", errOut, status)
 	}
+	t.Logf("exec with no libvirt helper running (one is started): %v", time.Since(coldExec).Round(time.Millisecond))
 	waitNoHelper(t, int(conn.ShimPid), 10*time.Second)
 	if st, err := c.State(ctx, &taskAPI.StateRequest{ID: e.p.vmID}); err != nil || st.Status != task.Status_RUNNING {
 		t.Fatalf("State = %v, %v; want the VM still running when its helper has gone", st, err)
