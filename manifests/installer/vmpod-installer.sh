@@ -171,7 +171,8 @@ install_shim() {
 	mv "$bindir/.vm-runtime.tmp" "$bindir/vm-runtime"
 	if [ -f "$VMPOD_SHIM_BIN" ]; then
 		# The shim alone (cmd/containerd-shim-vmpod-v2): one process per
-		# VM pod, about half vm-runtime's memory (docs/shim-memory.md).
+		# VM pod, without libvirt, which it runs in vm-runtime when it needs it
+		# (docs/shim-memory.md).
 		cp "$VMPOD_SHIM_BIN" "$bindir/.$SHIM.tmp"
 		chmod 0755 "$bindir/.$SHIM.tmp"
 		mv -T "$bindir/.$SHIM.tmp" "$bindir/$SHIM"

@@ -26,17 +26,8 @@ import (
 // what libvirt frees there: measured in a shim with one running VM (test
 // guest, libvirt 9.0, glibc 2.36), 12 arenas held 12 MiB of which 10.5 MiB
 // was free (the capabilities parse and the domain start allocate a lot and
-// free almost all of it). These hand that memory back.
-
-// LimitMallocArenas caps glibc's malloc arenas at n (mallopt M_ARENA_MAX,
-// what MALLOC_ARENA_MAX=n does), for threads that make their first
-// allocation afterwards: call it before the first connection.
-func LimitMallocArenas(n int) error {
-	if C.mallopt(C.M_ARENA_MAX, C.int(n)) != 1 {
-		return fmt.Errorf("mallopt(M_ARENA_MAX, %d) failed", n)
-	}
-	return nil
-}
+// free almost all of it). vm-runtime's helper runs with MALLOC_ARENA_MAX=1
+// (pkg/shim); these look at and hand back what is left, for memdebug.
 
 // TrimMalloc returns the free pages of every malloc arena to the kernel
 // (malloc_trim(0)); it reports whether any memory was released. It walks
