@@ -48,6 +48,10 @@ type Client struct {
 	idleGen  int // which armed idle timer is current
 	watches  map[string]*watch
 	closed   bool
+	// direct counts guest agent calls made on the agent's socket while no
+	// helper runs; directDone signals when one ends.
+	direct     int
+	directDone *sync.Cond
 
 	runMu   sync.Mutex
 	running map[string]bool // domains whose QEMU runs, from the events
@@ -68,6 +72,7 @@ func Open(ctx context.Context, opts Options) (*Client, error) {
 		opts.Idle = DefaultIdle
 	}
 	c := &Client{opts: opts, events: newEventQueue(), watches: map[string]*watch{}, running: map[string]bool{}}
+	c.directDone = sync.NewCond(&c.mu)
 	s, err := c.acquire(ctx)
 	if err != nil {
 		c.events.close()
@@ -82,6 +87,14 @@ func Open(ctx context.Context, opts Options) (*Client, error) {
 func (c *Client) acquire(ctx context.Context) (*session, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.closed {
+		return nil, fmt.Errorf("hypervisor connection closed: %w", errdefs.ErrFailedPrecondition)
+	}
+	for c.sess == nil && c.direct > 0 {
+		// A guest agent call goes directly to the agent's socket, which
+		// libvirt connects to when it opens: it ends first.
+		c.directDone.Wait()
+	}
 	if c.closed {
 		return nil, fmt.Errorf("hypervisor connection closed: %w", errdefs.ErrFailedPrecondition)
 	}
@@ -278,7 +291,7 @@ func (c *Client) handoff(s *session) []handoff {
 		if info.Info.PID <= 0 {
 			continue
 		}
-		mon, err := ask("Monitor", Request{Name: name})
+		socks, err := ask("Sockets", Request{Name: name})
 		if err != nil {
 			log.L.WithError(err).Warnf("domain %s: no monitor to watch it by", name)
 			continue
@@ -286,7 +299,7 @@ func (c *Client) handoff(s *session) []handoff {
 		c.runMu.Lock()
 		c.running[name] = true
 		c.runMu.Unlock()
-		out = append(out, handoff{name: name, monitor: mon.Text, pid: info.Info.PID})
+		out = append(out, handoff{name: name, monitor: socks.Text, agent: socks.Agent, pid: info.Info.PID})
 	}
 	return out
 }
@@ -415,9 +428,37 @@ func (c *Client) Stats(ctx context.Context, name string) (virt.Stats, error) {
 	return rep.Stats, err
 }
 
+// AgentCommand implements virt.Hypervisor. While no helper runs it talks
+// to the guest agent's socket itself, so an exec (a guest-exec, then its
+// status polled) starts no libvirt.
 func (c *Client) AgentCommand(ctx context.Context, name, command string, timeout time.Duration) (string, error) {
+	if path := c.directAgent(name); path != "" {
+		defer c.endDirect()
+		return agentCommand(ctx, path, name, command, timeout)
+	}
 	rep, err := c.call(ctx, "AgentCommand", Request{Name: name, Command: command, Timeout: timeout})
 	return rep.Text, err
+}
+
+// directAgent is the agent socket of name's QEMU if no helper runs and a
+// watch follows that QEMU, counted as a call in flight; "" otherwise.
+func (c *Client) directAgent(name string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := c.watches[name]
+	if c.sess != nil || c.closed || w == nil || w.h.agent == "" || w.gone() {
+		return ""
+	}
+	c.direct++
+	return w.h.agent
+}
+
+func (c *Client) endDirect() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.direct--; c.direct == 0 {
+		c.directDone.Broadcast()
+	}
 }
 
 func (c *Client) List(ctx context.Context) ([]string, error) {

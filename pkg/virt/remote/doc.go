@@ -17,8 +17,11 @@
 // Client makes it quit), a guest panic, a signal, or QEMU dying become the
 // same virt.Events a connected libvirt sends, so the caller (pkg/vm's
 // Runtime) cannot tell the difference. The watch starts with query-status,
-// so a power-off while no one listened is not lost. Before the next
-// helper starts, the watch lets go of the monitor for libvirt.
+// so a power-off while no one listened is not lost. Guest agent commands
+// (an exec) go to the agent's channel socket directly while no helper
+// runs, with the guest-sync-delimited handshake libvirt uses, so exec
+// probes start no libvirt. Before the next helper starts, the agent calls
+// end and the watch lets go of the monitor, for libvirt.
 //
 // What goes over the wire keeps its errdefs class (NotFound,
 // FailedPrecondition, ...), so callers branch on errors as with an

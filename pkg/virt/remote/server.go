@@ -12,12 +12,13 @@ import (
 	"github.com/vmpod/vmpod/pkg/virt"
 )
 
-// Monitors is what a Hypervisor that runs QEMU tells about a running
-// domain, so that a Client can watch its QEMU while no helper runs
-// (libvirt.Conn implements it).
-type Monitors interface {
-	// Monitor is the path of the QMP socket of the domain's QEMU.
-	Monitor(name string) (string, error)
+// Sockets is what a Hypervisor that runs QEMU tells about a running
+// domain, so that a Client can watch its QEMU and reach its guest agent
+// while no helper runs (libvirt.Conn implements it).
+type Sockets interface {
+	// Sockets are the paths of the QMP socket of the domain's QEMU and of
+	// its guest agent channel ("" if none).
+	Sockets(name string) (monitor, agent string, err error)
 }
 
 // Serve answers one Client's calls on conn with hv until the Client hangs
@@ -149,14 +150,15 @@ func (s *server) List(req *Request, rep *Reply) error {
 	})
 }
 
-// Monitor is the QMP socket of a running domain's QEMU.
-func (s *server) Monitor(req *Request, rep *Reply) error {
+// Sockets are the QMP socket and guest agent channel of a running
+// domain's QEMU.
+func (s *server) Sockets(req *Request, rep *Reply) error {
 	return s.do(req, rep, func(context.Context) (err error) {
-		m, ok := s.hv.(Monitors)
+		m, ok := s.hv.(Sockets)
 		if !ok {
 			return errdefs.ErrNotImplemented
 		}
-		rep.Text, err = m.Monitor(req.Name)
+		rep.Text, rep.Agent, err = m.Sockets(req.Name)
 		return err
 	})
 }

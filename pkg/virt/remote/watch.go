@@ -24,6 +24,7 @@ const maxQMPLine = 1 << 20
 type handoff struct {
 	name    string // the domain
 	monitor string // QMP socket
+	agent   string // guest agent channel ("" if none)
 	pid     int
 }
 
@@ -255,6 +256,13 @@ func (w *watch) going(r virt.StopReason) bool {
 	}
 	w.reason = r
 	return true
+}
+
+// gone reports whether QEMU went (EventStopped delivered or due).
+func (w *watch) gone() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.reported || w.reason != virt.StopNone
 }
 
 // report delivers EventStopped once: with why QEMU went if the monitor

@@ -41,7 +41,8 @@ type Reply struct {
 	DomCaps string       `json:",omitempty"`
 	Info    virt.Info    `json:",omitempty"`
 	Stats   virt.Stats   `json:",omitempty"`
-	Text    string       `json:",omitempty"` // AgentCommand's Reply, Monitor's path
+	Text    string       `json:",omitempty"` // AgentCommand's reply, Sockets' monitor
+	Agent   string       `json:",omitempty"` // Sockets' guest agent channel
 	Names   []string     `json:",omitempty"`
 	Events  []virt.Event `json:",omitempty"`
 	Closed  bool         `json:",omitempty"` // Events: there will be no more
