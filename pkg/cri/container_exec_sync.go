@@ -83,8 +83,13 @@ func execInGuest(ctx, vmCtx context.Context, v *vm.VM, req vm.ExecRequest) (vm.E
 }
 
 // vmStopSettle bounds how long an exec that lost the guest agent waits to
-// learn whether the VM stopped.
-const vmStopSettle = 2 * time.Second
+// learn whether the VM stopped; vmStopArrive how long it waits for the
+// stop event when the hypervisor said the domain no longer runs (it comes;
+// on a loaded node it was seen 2 s late).
+const (
+	vmStopSettle = 2 * time.Second
+	vmStopArrive = 30 * time.Second
+)
 
 // stoppedUnder says whether err, an agent call that failed as one fails
 // when the domain is gone or not running, came from the VM stopping under
@@ -96,7 +101,13 @@ func stoppedUnder(ctx context.Context, v *vm.VM, err error) bool {
 	if !errdefs.IsFailedPrecondition(err) && !errdefs.IsNotFound(err) && !errdefs.IsUnavailable(err) {
 		return false
 	}
-	wctx, cancel := context.WithTimeout(ctx, vmStopSettle)
+	settle := vmStopSettle
+	if !errdefs.IsUnavailable(err) {
+		// Not running, or gone (vmpod's domains all have an agent
+		// channel): the stop event is on its way.
+		settle = vmStopArrive
+	}
+	wctx, cancel := context.WithTimeout(ctx, settle)
 	defer cancel()
 	_, werr := v.Wait(wctx)
 	return werr == nil || ctx.Err() != nil
