@@ -9,6 +9,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/vmpod/vmpod/pkg/vm"
+	"github.com/vmpod/vmpod/pkg/vmspec"
 )
 
 // containerState is a container's CRI state; the container is the VM:
@@ -52,8 +53,13 @@ type containerRecord struct {
 	Message    string         `json:"message,omitempty"`
 
 	// Held is what the VM holds on the node, as pkg/vm reports it before
-	// each acquisition; what a restarted server undoes.
+	// each acquisition; what a restarted server takes over (vm.Adopt) or
+	// undoes.
 	Held vm.Held `json:"held"`
+	// Spec is the VM the container was created as, for a restarted server
+	// to take it over; nil in a checkpoint of an earlier version of the
+	// server, whose VM is undone.
+	Spec *vmspec.Spec `json:"spec,omitempty"`
 }
 
 // container is one VM container, its record checkpointed.

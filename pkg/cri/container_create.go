@@ -84,6 +84,7 @@ func (s *Server) CreateContainer(ctx context.Context, r *runtimeapi.CreateContai
 		return nil, err
 	}
 
+	rec.Spec = &spec
 	c := newContainer(s.cfg, rec)
 	if err := c.update(func(r *containerRecord) error { *r = rec; return nil }); err != nil {
 		return nil, err
@@ -108,20 +109,12 @@ func (s *Server) CreateContainer(ctx context.Context, r *runtimeapi.CreateContai
 	if err != nil {
 		return nil, err
 	}
-	open := func(context.Context) (vm.Env, error) {
-		j, err := s.jail(sbRec.ID)
-		if err != nil {
-			return vm.Env{}, err
-		}
-		e := env
-		e.Jail = j
-		return e, nil
-	}
+	open := s.opener(env, sbRec.ID)
 	req := vm.Request{
 		Spec:       spec,
 		Layout:     s.layout(sbRec.ID),
 		Rootfs:     rootfs,
-		Network:    vm.Network{Netns: sbRec.Netns, Interface: podInterface, ResolvConf: s.resolvConf(sbRec.ID), Hostname: sbRec.Hostname},
+		Network:    s.podNetwork(sbRec),
 		InstanceID: sbRec.UID,
 		Cgroup:     cg,
 		CPU:        oci.Linux.Resources.CPU,
@@ -148,6 +141,25 @@ func (s *Server) CreateContainer(ctx context.Context, r *runtimeapi.CreateContai
 	s.mu.Unlock()
 	log.G(ctx).Infof("container %s of sandbox %s: VM %s defined", id, sbRec.ID, spec.Name)
 	return &runtimeapi.CreateContainerResponse{ContainerId: id}, nil
+}
+
+// opener is the vm.Opener of the pod sandboxID's VM: the node's env and
+// the pod's QEMU uid lease.
+func (s *Server) opener(env vm.Env, sandboxID string) vm.Opener {
+	return func(context.Context) (vm.Env, error) {
+		j, err := s.jail(sandboxID)
+		if err != nil {
+			return vm.Env{}, err
+		}
+		e := env
+		e.Jail = j
+		return e, nil
+	}
+}
+
+// podNetwork is the pod network its VM takes over.
+func (s *Server) podNetwork(sb sandboxRecord) vm.Network {
+	return vm.Network{Netns: sb.Netns, Interface: podInterface, ResolvConf: s.resolvConf(sb.ID), Hostname: sb.Hostname}
 }
 
 // ociSpec is the OCI runtime spec containerd's CRI plugin would write for

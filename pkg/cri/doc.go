@@ -15,7 +15,8 @@
 //
 // What the server holds is checkpointed, atomically, per sandbox and per
 // container under <state root>/cri, with what each VM holds (vm.Held) as
-// pkg/vm reports it; a restarted server reads them back (recover.go).
+// pkg/vm reports it and the VM's spec; a restarted server reads them back
+// and takes the running VMs over (recover.go, vm.Adopt).
 //
 // Errors are classified where they happen (containerd's errdefs) and
 // turned into gRPC status codes once, in the server's interceptor.
@@ -57,10 +58,22 @@
 //     VM is deleted (vm.Delete) as soon as it stops: an exited container
 //     holds nothing but its record and log, and a restarted container
 //     gets a fresh overlay.
-//   - Checkpoints (atomic, versioned) per sandbox and container; on
-//     restart a VM found in a checkpoint is undone (vm.Undo) and its
-//     container reported exited, Reason RuntimeRestarted: nothing leaks,
-//     but the VM does not survive the restart (TestCrictlServerRestart).
+//   - Checkpoints (atomic, versioned) per sandbox and container, the
+//     container's with its vmspec.Spec. A restarted server (killed or
+//     stopped; running VMs never depend on it) takes each running
+//     container's VM over with vm.Adopt, in the pod's netns: the same
+//     QEMU runs on, the console goes on into the same CRI log (appended:
+//     nothing earlier repeated or lost, but what the guest wrote while no
+//     server ran is), the DHCP server answers the guest again, and exec,
+//     attach, port-forward, stats, update, stop (ACPI, exit 0) and remove
+//     work as on a VM this server started; a VM that stopped meanwhile
+//     reports its exit (TestCrictlServerRestart). A takeover that fails
+//     undoes what the VM held (vm.Undo) and reports the container exited,
+//     137, Reason AdoptFailed, the error in its message
+//     (TestCrictlServerRestartAdoptFails); a created, never started
+//     container's VM is undone the same way, Reason RuntimeRestarted, and
+//     so is a running one whose checkpoint has no spec (written by an
+//     earlier server).
 //   - ExecSync through vm.Exec (the guest agent): exit code, stdout and
 //     stderr (each cut at 4 MiB, said at its end: the kubelet's client
 //     takes 16 MiB replies), the timeout answered DeadlineExceeded as the
@@ -110,10 +123,15 @@
 //     cgroupfs path, beside systemd's tree.
 //
 // To do, in order:
-//   - Reattach after a restart instead of undoing: pkg/vm needs a way to
-//     take over a running domain from a checkpoint (a Machine for an
-//     existing domain, the console reconnected, the DHCP server restarted
-//     in the pod netns).
+//   - Restart: a created, not yet started container could be taken over
+//     too (its domain is defined; today it is undone and reported exited,
+//     so the kubelet makes a new one). The console output the guest
+//     writes while no server runs is lost (QEMU drops it without a
+//     client); a partial last line at the kill is lost too. Untested: a
+//     restart in the middle of a Start, Stop or Remove (recover sees the
+//     checkpoint of before or after the step: a container still
+//     "created" whose QEMU started is undone; one being stopped is
+//     adopted, and its exit reported when the guest is off).
 //   - Streaming: TLS on the streaming server (containerd offers it; the
 //     kubelet's proxy works without); attach resizes are dropped (a
 //     serial line has no window size); an attach whose client vanished

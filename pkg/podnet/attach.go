@@ -19,8 +19,9 @@ import (
 // Attachment is a tap joined to the pod interface, with the DHCP server
 // that serves the guest behind it. Close undoes it.
 type Attachment struct {
-	pod Pod
-	tap string
+	pod  Pod
+	tap  string
+	dhcp *dhcpServer
 
 	mu   sync.Mutex
 	undo []func() error // in the order acquired; Close runs them backwards
@@ -149,6 +150,7 @@ func Attach(p Pod, tap string) (_ *Attachment, retErr error) {
 	if err != nil {
 		return nil, err
 	}
+	a.dhcp = srv
 	a.onClose(srv.close)
 
 	// Pod interface to guest, last: from here on the pod's own stack is

@@ -64,7 +64,11 @@
 // is named in Attach's error.
 //
 // Detach undoes an Attach from what is on the node alone, for a process
-// that holds no Attachment (the cleanup after a dead shim).
+// that holds no Attachment (the cleanup after a dead shim). Reattach
+// takes such an attachment over instead, for a process that keeps the VM
+// running: it checks the tap and the filters' qdiscs are there and starts
+// the DHCP server again (the one part of an attachment that lives in the
+// process), and its Attachment closes as Attach's.
 //
 // podnet may import the standard library, golang.org/x/sys,
 // github.com/vishvananda/netlink and netns, and github.com/insomniacslk/dhcp. It

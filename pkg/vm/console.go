@@ -29,8 +29,10 @@ type console struct {
 	done chan struct{}
 }
 
-// attachConsole connects to socket; out may be nil.
-func attachConsole(socket, logPath string, logBytes int64, out io.Writer) (*console, error) {
+// attachConsole connects to socket; out may be nil. With keepLog the log
+// goes on after what it holds (a console taken over after a restart);
+// otherwise it starts empty.
+func attachConsole(socket, logPath string, logBytes int64, out io.Writer, keepLog bool) (*console, error) {
 	var conn net.Conn
 	var err error
 	// QEMU listens before libvirt reports the domain started; a short
@@ -44,7 +46,7 @@ func attachConsole(socket, logPath string, logBytes int64, out io.Writer) (*cons
 	if err != nil {
 		return nil, fmt.Errorf("serial console %s: %v: %w", socket, err, errdefs.ErrUnavailable)
 	}
-	log, err := openRotatingLog(logPath, logBytes)
+	log, err := openRotatingLog(logPath, logBytes, keepLog)
 	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("serial log: %v: %w", err, errdefs.ErrInternal)
@@ -111,23 +113,38 @@ type rotatingLog struct {
 	size int64
 }
 
-func openRotatingLog(path string, max int64) (*rotatingLog, error) {
+// openRotatingLog opens the log at path, empty, or with keep after what
+// it holds (counted towards max).
+func openRotatingLog(path string, max int64, keep bool) (*rotatingLog, error) {
 	if max <= 0 {
 		max = DefaultConsoleLogBytes
 	}
 	l := &rotatingLog{path: path, max: max}
-	if err := l.open(); err != nil {
+	if err := l.open(keep); err != nil {
 		return nil, err
 	}
 	return l, nil
 }
 
-func (l *rotatingLog) open() error {
-	f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_NOFOLLOW, 0o600)
+func (l *rotatingLog) open(keep bool) error {
+	flags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC | unix.O_NOFOLLOW
+	if keep {
+		flags = os.O_WRONLY | os.O_CREATE | os.O_APPEND | unix.O_NOFOLLOW
+	}
+	f, err := os.OpenFile(l.path, flags, 0o600)
 	if err != nil {
 		return err
 	}
-	l.f, l.size = f, 0
+	var size int64
+	if keep {
+		fi, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return err
+		}
+		size = fi.Size()
+	}
+	l.f, l.size = f, size
 	return nil
 }
 
@@ -162,7 +179,7 @@ func (l *rotatingLog) rotate() error {
 	if rerr := os.Rename(l.path, l.path+".1"); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
 		err = errors.Join(err, rerr)
 	}
-	if oerr := l.open(); oerr != nil {
+	if oerr := l.open(false); oerr != nil {
 		return errors.Join(err, oerr)
 	}
 	return err

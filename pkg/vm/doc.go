@@ -14,6 +14,17 @@
 // the one path that removes it, run by Delete and by the cleanup after a
 // dead front door from its record alike.
 //
+// Adopt is Create and Start for a VM that an earlier process of the
+// front door made and started and that outlived it (QEMU is not the
+// runtime's child): from the Spec, Layout and Network the front door
+// kept and the last Held it recorded, it builds the Machine for the
+// existing domain (registered with the Runtime, so its stop arrives),
+// connects to the serial console again (the log goes on; what the guest
+// wrote while nobody was connected is lost), starts the DHCP server on
+// the tap again (podnet.Reattach) and loads QEMU's cgroup. The VM it
+// returns is a started one in every respect; a domain found stopped
+// reports its exit. A failed adoption undoes the record, as Delete would.
+//
 // Machine is the domain-level part (define, start paused, console,
 // events), used by Create and by measurements that need no pod around
 // the VM (hack/overhead).

@@ -219,7 +219,7 @@ func (m *Machine) Start(ctx context.Context, prepare Prepare) (retErr error) {
 		watch.lap("limit")
 	}
 	if m.consoleSocket != "" {
-		c, err := attachConsole(m.consoleSocket, m.layout.ConsoleLog(), m.consoleLogBytes, m.consoleOut)
+		c, err := attachConsole(m.consoleSocket, m.layout.ConsoleLog(), m.consoleLogBytes, m.consoleOut, false)
 		if err != nil {
 			return err
 		}

@@ -151,10 +151,112 @@ func (n *node) configs(ref, cgroupParent string) (pod, ctr string) {
 	return pod, ctr
 }
 
-// TestCrictlServerRestart: a server killed while its VM runs leaves
-// checkpoints; the next one stops that VM (it cannot take it over yet),
-// reports the container exited, and removes the pod with nothing left.
+// TestCrictlServerRestart: a server killed (SIGKILL) while its VM runs
+// leaves checkpoints; the next one takes the VM over: the container is
+// still running, in the same QEMU; its log goes on after what it held,
+// nothing repeated; exec and port-forward reach the guest, and the
+// guest's DHCP server answers again; stop shuts the guest down with ACPI
+// (exit 0); and the pod goes with nothing left.
 func TestCrictlServerRestart(t *testing.T) {
+	n := newNode(t)
+	ref := n.serveImage()
+	n.start()
+	n.must("pull", ref)
+	podCfg, ctrCfg := n.configs(ref, n.cgroup)
+	podID := strings.TrimSpace(n.must("runp", podCfg))
+	var podStatus struct {
+		Status struct {
+			State   string
+			Network struct{ IP string }
+		}
+	}
+	n.mustJSON(&podStatus, "inspectp", podID)
+	id := strings.TrimSpace(n.must("create", podID, ctrCfg, podCfg))
+	n.must("start", id)
+	if logs := n.waitLogs(id, "VMPOD-GUEST: ready", 4*time.Minute); !strings.Contains(logs, "VMPOD-GUEST: qemu-ga ready") {
+		t.Fatalf("the guest agent did not start:\n%s", logs)
+	}
+	n.must("exec", "-s", id, "sh", "-c", "echo VMPOD-BEFORE-RESTART >/dev/console")
+	n.waitLogs(id, "VMPOD-BEFORE-RESTART", time.Minute)
+	pid := n.qemuPID()
+
+	n.kill()
+	n.start()
+
+	var st struct {
+		Status struct {
+			State    string
+			ExitCode int
+			Reason   string
+			Message  string
+		}
+	}
+	n.mustJSON(&st, "inspect", id)
+	if st.Status.State != "CONTAINER_RUNNING" {
+		t.Fatalf("after a server restart: %+v, want running", st.Status)
+	}
+	if out := n.must("ps", "-q", "--state", "running"); !strings.Contains(out, id) {
+		t.Errorf("crictl ps --state running after a restart does not list %s:\n%s", id, out)
+	}
+	var pod struct{ Status struct{ State string } }
+	n.mustJSON(&pod, "inspectp", podID)
+	if pod.Status.State != "SANDBOX_READY" {
+		t.Errorf("after a server restart the pod is %s, want ready", pod.Status.State)
+	}
+	if got := n.qemuPID(); got != pid {
+		t.Errorf("QEMU's pid after the restart is %d, want %d (the same QEMU)", got, pid)
+	}
+	if err := syscall.Kill(pid, 0); err != nil {
+		t.Errorf("QEMU %d after the restart: %v", pid, err)
+	}
+
+	// The console goes on into the same log.
+	n.must("exec", "-s", id, "sh", "-c", "echo VMPOD-AFTER-RESTART >/dev/console")
+	logs := n.waitLogs(id, "VMPOD-AFTER-RESTART", time.Minute)
+	for _, marker := range []string{"VMPOD-GUEST: init", "VMPOD-GUEST: ready", "VMPOD-BEFORE-RESTART"} {
+		if c := strings.Count(logs, marker); c != 1 {
+			t.Errorf("crictl logs after the restart has %q %d times, want once:\n%s", marker, c, logs)
+		}
+	}
+	if strings.Index(logs, "VMPOD-BEFORE-RESTART") > strings.Index(logs, "VMPOD-AFTER-RESTART") {
+		t.Errorf("crictl logs after the restart: the earlier output is not before the new:\n%s", logs)
+	}
+	n.checkLogFormat(filepath.Join(n.dir, "logs", "pod", "vm", "0.log"))
+
+	// Exec through the streaming server; the guest's DHCP server (in the
+	// server's process) answers a new request with the pod IP; the guest
+	// answers on the pod IP.
+	stdout, stderr, err := n.crictlIO("", "exec", id, "sh", "-c", "echo out-after-restart")
+	if err != nil || strings.TrimSpace(stdout) != "out-after-restart" {
+		t.Errorf("crictl exec after the restart: %q, %v (stderr %q)", stdout, err, stderr)
+	}
+	out, err := n.crictlRun(time.Minute, "exec", "-s", id, "sh", "-c",
+		"udhcpc -i eth0 -s /etc/udhcpc.script -f -q -n -t 5 -T 1 >/run/udhcpc-again.log 2>&1 && cat /run/ip")
+	if err != nil || !strings.HasPrefix(strings.TrimSpace(out), podStatus.Status.Network.IP+"/") {
+		t.Errorf("DHCP in the guest after the restart: %q, %v; want the pod IP %s", out, err, podStatus.Status.Network.IP)
+	}
+	n.checkPortForward(podID)
+
+	n.must("stop", "--timeout", "60", id)
+	n.waitLogs(id, "VMPOD-GUEST: poweroff", 10*time.Second)
+	n.mustJSON(&st, "inspect", id)
+	if st.Status.State != "CONTAINER_EXITED" || st.Status.ExitCode != 0 {
+		t.Errorf("after ACPI shutdown of the VM taken over: %+v, want exited 0", st.Status)
+	}
+	n.must("rm", id)
+	n.must("stopp", podID)
+	n.must("rmp", podID)
+	n.must("rmi", ref)
+	n.stop()
+	n.assertNothingLeft()
+}
+
+// TestCrictlServerRestartAdoptFails: when the restarted server cannot
+// take a running VM over (here: its tap was removed while no server ran),
+// it stops the VM and removes what it held, as before there was a
+// takeover, and reports the container exited with the reason; the pod
+// then goes with nothing left.
+func TestCrictlServerRestartAdoptFails(t *testing.T) {
 	n := newNode(t)
 	ref := n.serveImage()
 	n.start()
@@ -164,18 +266,30 @@ func TestCrictlServerRestart(t *testing.T) {
 	id := strings.TrimSpace(n.must("create", podID, ctrCfg, podCfg))
 	n.must("start", id)
 	n.waitLogs(id, "VMPOD-GUEST: init", 3*time.Minute)
+	pid := n.qemuPID()
 
 	n.kill()
+	podNetns := filepath.Join(n.dir, "netns", podID[:16])
+	n.run("nsenter", "--net="+podNetns, "ip", "link", "del", "vmpod0")
 	n.start()
+
 	var st struct {
 		Status struct {
-			State  string
-			Reason string
+			State    string
+			ExitCode int
+			Reason   string
+			Message  string
 		}
 	}
 	n.mustJSON(&st, "inspect", id)
-	if st.Status.State != "CONTAINER_EXITED" || st.Status.Reason != "RuntimeRestarted" {
-		t.Errorf("after a server restart: %+v, want exited, RuntimeRestarted", st.Status)
+	if st.Status.State != "CONTAINER_EXITED" || st.Status.Reason != "AdoptFailed" || !strings.Contains(st.Status.Message, "vmpod0") {
+		t.Errorf("after a restart that could not take the VM over: %+v, want exited, AdoptFailed, naming the tap", st.Status)
+	}
+	for i := 0; i < 200 && syscall.Kill(pid, 0) == nil; i++ { // bounded: QEMU is reaped a moment after its stop
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := syscall.Kill(pid, 0); err == nil {
+		t.Errorf("QEMU %d still runs after a failed takeover", pid)
 	}
 	var pod struct{ Status struct{ State string } }
 	n.mustJSON(&pod, "inspectp", podID)
@@ -188,6 +302,35 @@ func TestCrictlServerRestart(t *testing.T) {
 	n.must("rmi", ref)
 	n.stop()
 	n.assertNothingLeft()
+}
+
+// qemuPID is the pid of the one QEMU libvirt runs under the state root
+// (from its pid file).
+func (n *node) qemuPID() int {
+	n.t.Helper()
+	files, _ := filepath.Glob(filepath.Join(n.state, "libvirt", "run", "libvirt", "qemu", "*.pid"))
+	if len(files) == 0 {
+		files, _ = filepath.Glob(filepath.Join(n.state, "libvirt", "run", "qemu", "*.pid"))
+	}
+	var pids []int
+	for _, f := range files {
+		if filepath.Base(f) == "driver.pid" {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			n.t.Fatal(err)
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			n.t.Fatalf("%s: %v", f, err)
+		}
+		pids = append(pids, pid)
+	}
+	if len(pids) != 1 {
+		n.t.Fatalf("QEMU pid files under %s: %v, want one", n.state, files)
+	}
+	return pids[0]
 }
 
 func newNode(t *testing.T) *node {
