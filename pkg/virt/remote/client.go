@@ -242,12 +242,53 @@ func (c *Client) release(gen int) {
 	}
 	s := c.sess
 	handed := c.handoff(s)
+	handed = c.lastEvents(s, handed)
 	c.sess = nil
 	c.end(s)
 	<-s.pumped
 	for _, h := range handed {
 		c.watchLocked(h)
 	}
+}
+
+// lastEvents has the helper close libvirt and hand over the events it sent
+// until then, which say what became of the handed-over domains meanwhile:
+// one that stopped needs no watch; one whose guest powered off or panicked
+// (libvirt then stops QEMU itself) is watched knowing why it goes.
+func (c *Client) lastEvents(s *session, handed []handoff) []handoff {
+	var rep Reply
+	req := Request{Deadline: time.Now().Add(30 * time.Second)}
+	if err := s.rpc.Call(service+"Release", &req, &rep); err != nil {
+		log.L.WithError(err).Warn("closing the libvirt helper's connection")
+		return handed
+	}
+	if err := rep.Err.error(); err != nil {
+		log.L.WithError(err).Warn("closing libvirt in its helper")
+	}
+	c.deliver(rep.Events...)
+	out := handed[:0]
+	for _, h := range handed {
+		stopped := false
+		for _, ev := range rep.Events {
+			if ev.Domain != h.name {
+				continue
+			}
+			switch ev.Type {
+			case virt.EventStopped:
+				stopped = true
+			case virt.EventShutdown, virt.EventCrashed:
+				if h.reason == virt.StopNone {
+					h.reason = ev.Reason
+				}
+			case virt.EventStarted:
+				stopped, h.reason = false, virt.StopNone
+			}
+		}
+		if !stopped {
+			out = append(out, h)
+		}
+	}
+	return out
 }
 
 // handoff asks the helper, before it goes, what a watch needs for each
@@ -299,7 +340,7 @@ func (c *Client) handoff(s *session) []handoff {
 		c.runMu.Lock()
 		c.running[name] = true
 		c.runMu.Unlock()
-		out = append(out, handoff{name: name, monitor: socks.Text, agent: socks.Agent, pid: info.Info.PID})
+		out = append(out, handoff{name: name, monitor: socks.Text, agent: socks.Agent, log: socks.Log, pid: info.Info.PID})
 	}
 	return out
 }

@@ -272,3 +272,30 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 }
 
 func syscallSignal(sig int) os.Signal { return syscall.Signal(sig) }
+
+// TestStopLogged reads why libvirt last stopped a domain from its log, as
+// libvirt 9 writes it, ignoring an earlier run's lines.
+func TestStopLogged(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, log string
+		want      virt.StopReason
+	}{
+		{"power-off", "2026-12-03 15:10:20.101+0000: starting up libvirt version: 9.0.0, qemu version: 7.2.0\nLC_ALL=C ...\n2026-12-03 15:10:58.200+0000: shutting down, reason=shutdown\n", virt.StopGuestShutdown},
+		{"destroyed", "2026-12-03 15:10:20.101+0000: starting up libvirt version: 9.0.0\nqemu-system-x86_64: terminating on signal 15 from pid 7 (<unknown process>)\n2026-12-03 15:10:58.200+0000: shutting down, reason=destroyed\n", virt.StopDestroyed},
+		{"crashed", "x: starting up libvirt\ny: shutting down, reason=crashed\n", virt.StopCrashed},
+		{"an earlier run's", "a: starting up libvirt\nb: shutting down, reason=shutdown\nc: starting up libvirt\n", virt.StopFailed},
+		{"nothing", "", virt.StopFailed},
+	} {
+		p := filepath.Join(dir, tc.name+".log")
+		if err := os.WriteFile(p, []byte(tc.log), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if got := stopLogged(p); got != tc.want {
+			t.Errorf("%s: stopLogged = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	if got := stopLogged(filepath.Join(dir, "missing.log")); got != virt.StopFailed {
+		t.Errorf("no log: %v, want failed", got)
+	}
+}

@@ -16,9 +16,10 @@ import (
 // domain, so that a Client can watch its QEMU and reach its guest agent
 // while no helper runs (libvirt.Conn implements it).
 type Sockets interface {
-	// Sockets are the paths of the QMP socket of the domain's QEMU and of
-	// its guest agent channel ("" if none).
-	Sockets(name string) (monitor, agent string, err error)
+	// Sockets are the paths of the QMP socket of the domain's QEMU, of
+	// its guest agent channel ("" if none) and of the domain's log, where
+	// libvirt writes "shutting down, reason=..." when it stops QEMU.
+	Sockets(name string) (monitor, agent, log string, err error)
 }
 
 // Serve answers one Client's calls on conn with hv until the Client hangs
@@ -158,7 +159,18 @@ func (s *server) Sockets(req *Request, rep *Reply) error {
 		if !ok {
 			return errdefs.ErrNotImplemented
 		}
-		rep.Text, rep.Agent, err = m.Sockets(req.Name)
+		rep.Text, rep.Agent, rep.Log, err = m.Sockets(req.Name)
+		return err
+	})
+}
+
+// Release closes the hypervisor and hands over every event it sent until
+// then: the Client's last call, so that a domain that stopped while the
+// helper was going is not lost between libvirt and the Client's watch.
+func (s *server) Release(req *Request, rep *Reply) error {
+	return s.do(req, rep, func(context.Context) error {
+		err := s.hv.Close()
+		rep.Events = s.events.drain()
 		return err
 	})
 }
@@ -206,6 +218,19 @@ func (p *poller) hangUp() {
 	defer p.mu.Unlock()
 	p.gone = true
 	p.cond.Broadcast()
+}
+
+// drain waits for the closed hypervisor's last event and returns what is
+// queued.
+func (p *poller) drain() []virt.Event {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for !p.closed {
+		p.cond.Wait()
+	}
+	evs := p.queue
+	p.queue = nil
+	return evs
 }
 
 func (p *poller) take(wait bool) ([]virt.Event, bool) {

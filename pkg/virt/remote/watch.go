@@ -2,10 +2,13 @@ package remote
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,7 +28,11 @@ type handoff struct {
 	name    string // the domain
 	monitor string // QMP socket
 	agent   string // guest agent channel ("" if none)
+	log     string // the domain's log ("" if none)
 	pid     int
+	// reason is why QEMU is going, if libvirt said so before it went
+	// (StopNone: it did not).
+	reason virt.StopReason
 }
 
 // watch follows one domain's QEMU through its QMP monitor while no libvirt
@@ -44,7 +51,7 @@ type watch struct {
 }
 
 func startWatch(h handoff, deliver func(...virt.Event)) *watch {
-	w := &watch{h: h, deliver: deliver, pidfd: -1, done: make(chan struct{})}
+	w := &watch{h: h, deliver: deliver, pidfd: -1, done: make(chan struct{}), reason: h.reason}
 	fd, err := unix.PidfdOpen(h.pid, 0)
 	if err != nil {
 		// Gone since libvirt reported it, with no one to say why.
@@ -277,7 +284,10 @@ func (w *watch) report() {
 	r := w.reason
 	w.mu.Unlock()
 	if r == virt.StopNone {
-		r = virt.StopFailed
+		// QEMU went without a word on the monitor: libvirt may have
+		// stopped it as its helper went (a guest power-off it handled), and
+		// said why in the domain's log.
+		r = stopLogged(w.h.log)
 	}
 	w.deliver(virt.Event{Domain: w.h.name, Type: virt.EventStopped, Reason: r})
 }
@@ -331,5 +341,43 @@ func (w *watch) waitExit(d time.Duration) bool {
 func (w *watch) kill() {
 	if err := unix.PidfdSendSignal(w.pidfd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
 		w.logger().WithError(err).Warn("kill QEMU")
+	}
+}
+
+// stopLogged is why libvirt last stopped the domain, from the
+// "shutting down, reason=..." line it writes to the domain's log when it
+// stops QEMU, after the last "starting up" (so not an earlier run's);
+// StopFailed if it wrote none: QEMU died with no one watching.
+func stopLogged(path string) virt.StopReason {
+	if path == "" {
+		return virt.StopFailed
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return virt.StopFailed
+	}
+	defer f.Close()
+	const tail = 64 << 10
+	if st, err := f.Stat(); err == nil && st.Size() > tail {
+		_, _ = f.Seek(st.Size()-tail, io.SeekStart)
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, tail))
+	if i := bytes.LastIndex(b, []byte(": starting up ")); i >= 0 {
+		b = b[i:]
+	}
+	i := bytes.LastIndex(b, []byte("shutting down, reason="))
+	if i < 0 {
+		return virt.StopFailed
+	}
+	reason, _, _ := bytes.Cut(b[i+len("shutting down, reason="):], []byte("\n"))
+	switch string(bytes.TrimSpace(reason)) {
+	case "shutdown":
+		return virt.StopGuestShutdown
+	case "destroyed":
+		return virt.StopDestroyed
+	case "crashed":
+		return virt.StopCrashed
+	default:
+		return virt.StopFailed
 	}
 }

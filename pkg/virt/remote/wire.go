@@ -43,6 +43,7 @@ type Reply struct {
 	Stats   virt.Stats   `json:",omitempty"`
 	Text    string       `json:",omitempty"` // AgentCommand's reply, Sockets' monitor
 	Agent   string       `json:",omitempty"` // Sockets' guest agent channel
+	Log     string       `json:",omitempty"` // Sockets' domain log
 	Names   []string     `json:",omitempty"`
 	Events  []virt.Event `json:",omitempty"`
 	Closed  bool         `json:",omitempty"` // Events: there will be no more
