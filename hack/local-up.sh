@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A one-node Kubernetes cluster running a vmpod VM pod, on this machine, in
+# A Kubernetes cluster running a vmpod VM pod, on this machine, in
 # one command (make demo). As root, on Debian 12:
 #
 #   hack/local-up.sh       build what is missing, start the cluster, run
@@ -454,6 +454,10 @@ cat <<EOF
 
   Inside the node's network namespace (pod IPs, the kubelet):
   nsenter --target $(holder_pid) --mount --net -- bash
+$(if ((CRI_NODE)); then
+	echo "  Inside the VM-only node's ($VM_NAME: vm-runtime cri, no containerd):"
+	echo "  nsenter --target $(holder_pid holder-vm) --mount --net -- bash"
+fi)
 
   Logs: $STATE/logs.  Remove everything: hack/local-down.sh
 EOF
