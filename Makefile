@@ -45,7 +45,8 @@ test: deps guest
 nodevm: deps guest
 	$(GO) test -tags nodevm -count=1 -timeout 15m -v ./test/nodevm
 
-# A one-node cluster in a network namespace running a VM pod
+# A cluster in network namespaces running a VM pod (a containerd node, and
+# a VM-only node whose kubelet talks to vm-runtime cri)
 # (hack/local-up.sh builds etcd, kube-apiserver, kubelet, kubectl and the
 # scheduler from the pinned modules, cached in _output/).
 demo: deps guest

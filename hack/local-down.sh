@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Removes the local cluster hack/local-up.sh made (make demo-down), and
-# whatever an earlier run left, with or without its record:
+# Removes the local cluster hack/local-up.sh made (make demo-down), both
+# its nodes, and whatever an earlier run left, with or without its record:
 #
 #  1. with a record of this boot: the VM pods first (so the guests get their
 #     ACPI shutdown), then every process local-up started, by the PID and
@@ -43,15 +43,20 @@ ns_inode() { stat -L -c %i "$1" 2>/dev/null; }
 
 is_mountpoint() { awk -v p="$1" '$5 == p { f = 1 } END { exit !f }' /proc/self/mountinfo; }
 
-# ours PID: why process PID belongs to $NAME (its network namespace, a
-# cgroup below /$NAME, or a mount namespace with mounts of $NAME's dirs);
-# fails if it does not.
+# ours PID: why process PID belongs to $NAME (its network namespace or
+# the VM-only node's, a cgroup below /$NAME, or a mount namespace with
+# mounts of $NAME's dirs); fails if it does not.
 self_mnt=$(readlink /proc/self/ns/mnt)
-netns_link=""
+netns_link="" vm_netns_link=""
 ours() {
 	local pid=$1 l
-	if [[ -n $netns_link && $(readlink "/proc/$pid/ns/net" 2>/dev/null) == "$netns_link" ]]; then
+	l=$(readlink "/proc/$pid/ns/net" 2>/dev/null)
+	if [[ -n $netns_link && $l == "$netns_link" ]]; then
 		echo "in network namespace $NAME"
+		return 0
+	fi
+	if [[ -n $vm_netns_link && $l == "$vm_netns_link" ]]; then
+		echo "in network namespace $VM_NAME"
 		return 0
 	fi
 	if grep -qE "^[0-9]+:[^:]*:/$NAME(/|\$)" "/proc/$pid/cgroup" 2>/dev/null; then
@@ -73,8 +78,9 @@ ours() {
 # recorded ones were stopped) as "pid (comm): why".
 unrecorded() {
 	local d pid why
-	netns_link=""
+	netns_link="" vm_netns_link=""
 	if is_mountpoint "$NETNS"; then netns_link="net:[$(ns_inode "$NETNS")]"; fi
+	if is_mountpoint "$VM_NETNS"; then vm_netns_link="net:[$(ns_inode "$VM_NETNS")]"; fi
 	for d in /proc/[0-9]*; do
 		pid=${d#/proc/}
 		[[ $pid == "$$" || $pid == "$BASHPID" ]] && continue
@@ -109,7 +115,7 @@ running() { # running NAME: the recorded component still runs
 
 if ((live)); then
 	found=1
-	# Pods: deleted through the API while the kubelet runs, so that each
+	# Pods: deleted through the API while the kubelets run, so that each
 	# VM is shut down as a user's would be. Bounded.
 	if running kube-apiserver && running kubelet && running holder; then
 		log "deleting all pods (ACPI shutdown of the VMs; at most 90s)"
@@ -125,8 +131,21 @@ if ((live)); then
 
 	# The node's own processes, consumers first.
 	stop labeller || fail "the labeller still runs"
+	stop labeller-vm || fail "the VM-only node's labeller still runs"
 	stop scheduler || fail "the scheduler still runs"
 	stop kubelet || fail "the kubelet still runs"
+	stop kubelet-vm || fail "the VM-only node's kubelet still runs"
+	if running cri && running holder-vm; then
+		# Anything the VM-only node's kubelet left, through vm-runtime cri.
+		crictl_vm() { in_vm_node "$BIN/crictl" --config "$VM_STATE/crictl.yaml" --runtime-endpoint "unix://$VM_RUN/cri.sock" --timeout 60s "$@"; }
+		for p in $(crictl_vm pods -q 2>/dev/null); do
+			log "removing pod sandbox $p through vm-runtime cri"
+			crictl_vm stopp "$p" >/dev/null 2>&1 || true
+			crictl_vm rmp -f "$p" >/dev/null 2>&1 || true
+		done
+	fi
+	stop cri || fail "vm-runtime cri still runs"
+	stop registry 5 || fail "the VM-only node's registry still runs"
 	if running containerd && running holder; then
 		# Anything the kubelet left: crictl stops and removes it through the shims.
 		crictl() { in_node "$BIN/crictl" --runtime-endpoint "unix://$RUN/containerd.sock" --timeout 60s "$@"; }
@@ -141,28 +160,31 @@ if ((live)); then
 	stop etcd || fail "etcd still runs"
 	stop forward 5 || fail "the apiserver forwarder still runs"
 
-	# What containerd started and outlived it (shims re-parent to init,
-	# QEMU outlives a killed shim): the processes in the node's mount
-	# namespace (only while the recorded holder keeps it, so its inode
-	# cannot have been reused) and in the cgroups the record names (which
-	# exist, so only this cluster's kubelet and runtimes put tasks there).
-	hpid=$(holder_pid)
-	mnt=""
+	# What the runtimes started and outlived them (shims re-parent to
+	# init, QEMU outlives a killed shim or CRI server): the processes in
+	# the nodes' mount namespaces (only while the recorded holders keep
+	# them, so their inodes cannot have been reused) and in the cgroups
+	# the record names (which exist, so only this cluster's kubelets and
+	# runtimes put tasks there).
+	hpid=$(holder_pid) vhpid=$(holder_pid holder-vm)
+	mnt="" vmnt=""
 	if running holder; then mnt=$(readlink "/proc/$hpid/ns/mnt"); fi
+	if running holder-vm; then vmnt=$(readlink "/proc/$vhpid/ns/mnt"); fi
 	mapfile -t cgroups < <(awk '$1 == "cgroup" { print $2 }' "$STATE/made")
 	for ((round = 0; round < 10; round++)); do
 		left=()
-		if [[ -n $mnt ]]; then
+		if [[ -n $mnt$vmnt ]]; then
 			for d in /proc/[0-9]*; do
 				pid=${d#/proc/}
-				[[ $pid == "$hpid" || $pid == "$$" ]] && continue
-				[[ $(readlink "$d/ns/mnt" 2>/dev/null) == "$mnt" ]] && left+=("$pid")
+				[[ $pid == "$hpid" || $pid == "$vhpid" || $pid == "$$" ]] && continue
+				l=$(readlink "$d/ns/mnt" 2>/dev/null) || continue
+				[[ -n $l && ($l == "$mnt" || $l == "$vmnt") ]] && left+=("$pid")
 			done
 		fi
 		for cg in "${cgroups[@]}"; do
 			[[ -d $cg ]] || continue
 			while read -r pid; do
-				[[ -n $pid && $pid != "$hpid" ]] && left+=("$pid")
+				[[ -n $pid && $pid != "$hpid" && $pid != "$vhpid" ]] && left+=("$pid")
 			done < <(find "$cg" -name cgroup.procs -exec cat {} + 2>/dev/null)
 		done
 		mapfile -t left < <(printf '%s\n' "${left[@]}" | sort -un | sed '/^$/d')
@@ -174,6 +196,19 @@ if ((live)); then
 	done
 	((${#left[@]} == 0)) || fail "processes still run in the node: ${left[*]}"
 
+	# The VM-only node's mount namespace, as the first node's below.
+	if [[ -n $vmnt ]]; then
+		stop holder-vm 5 || fail "the VM-only node's namespace holder (pid $vhpid) still runs"
+		users=0
+		for d in /proc/[0-9]*; do
+			[[ $(readlink "$d/ns/mnt" 2>/dev/null) == "$vmnt" ]] && users=$((users + 1))
+		done
+		if ((users == 0)); then
+			removed "the VM-only node's mount namespace ($vmnt): no process is left in it"
+		else
+			fail "$users process(es) still in the VM-only node's mount namespace $vmnt"
+		fi
+	fi
 	# The node's mount namespace ends with its last process, and with it
 	# every mount the kubelet, containerd and CNI made in it.
 	if [[ -n $mnt ]]; then
@@ -306,6 +341,7 @@ while read -r mp; do
 done < <(mounts_under "$STATE" "$RUN" "$LEGACY")
 
 remove_netns "$NETNS"
+remove_netns "$VM_NETNS"
 
 while read -r mp; do
 	remove_cgroup "$mp/$NAME"

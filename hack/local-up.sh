@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A one-node Kubernetes cluster running a vmpod VM pod, on this machine, in
+# A Kubernetes cluster running a vmpod VM pod, on this machine, in
 # one command (make demo). As root, on Debian 12:
 #
 #   hack/local-up.sh       build what is missing, start the cluster, run
@@ -17,6 +17,19 @@
 # forwarder makes the apiserver reachable on the host's 127.0.0.1:$HOST_PORT
 # so that kubectl and the e2e tests run from the host.
 #
+# A second node, $NAME-vm, runs VMs only: its kubelet's
+# containerRuntimeEndpoint is `vm-runtime cri` (no containerd there). It has
+# a network namespace of its own, joined to the first node's by a veth pair
+# (10.86.1.1 there, its node IP 10.86.1.2 here), a mount namespace, state
+# and CNI config of its own, and a kubelet cgroupRoot below the first
+# node's. It is registered with the taint vmpod.io/vm-only=true:NoSchedule:
+# ordinary pods, and VM pods that do not tolerate it, stay on the first
+# node (so the demo and the e2e tests written for it run there, as before),
+# and a VM pod placed on it says so (test/e2e's TestCRINode). Its images
+# come from a registry on its own loopback port 80 (hack/local/registry)
+# serving the test guest as localhost/vmpod/test-guest:v1, the name the
+# first node imported into containerd.
+#
 # Binaries are built from the pinned modules into _output/bin (the first
 # build took 30 minutes on 2 busy cores; later runs take about a minute).
 # State survives a reboot and a wiped /tmp: the record of what was made and
@@ -24,7 +37,9 @@
 # sockets and the VMs' state in /run/vmpod-local. Whatever an earlier run
 # left, recorded or not, is removed first (hack/local-down.sh).
 # Environment: VMPOD_LOCAL_PORT (default 16443), VMPOD_LOCAL_NO_DEMO=1 to
-# skip the example pod.
+# skip the example pod, VMPOD_LOCAL_CRI_NODE=0 for no VM-only node,
+# VMPOD_LOCAL_NAME (default vmpod-local) for a cluster beside another
+# (with its own VMPOD_LOCAL_PORT and VMPOD_LOCAL_OUT).
 set -euo pipefail
 # shellcheck source=hack/local/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/local/lib.sh"
@@ -93,6 +108,7 @@ go_build "scheduler-plugin and vm-runtime" "$k8s_ldflags" "$BIN/" ./cmd/schedule
 # The shim links no libvirt (it starts vm-runtime when it needs it): no cgo.
 (export CGO_ENABLED=0 && go_build "the shim" "" "$BIN/containerd-shim-vmpod-v2" ./cmd/containerd-shim-vmpod-v2) || exit 1
 go_build "the apiserver forwarder" "" "$BIN/vmpod-local-forward" ./hack/local/forward
+if ((CRI_NODE)); then go_build "the VM-only node's registry" "" "$BIN/vmpod-local-registry" ./hack/local/registry; fi
 log "pause image (hack/pause/build.sh)"
 pause_archive=$(hack/pause/build.sh)
 log "test guest and its containerdisk (hack/guest/build.sh)"
@@ -117,11 +133,15 @@ ip -n "$NAME" link set node1 up
 
 # The kubelet's cgroupRoot must exist in every hierarchy (v1 controllers,
 # name=systemd, and the v2 one); cpuset needs its parent's CPUs and nodes.
+# The VM-only node's is below the first's: removed with it.
 while read -r mp; do
 	record cgroup "$mp/$NAME"
 	mkdir "$mp/$NAME"
+	if ((CRI_NODE)); then mkdir "$mp$VM_CGROUP_ROOT"; fi
 	for f in cpuset.cpus cpuset.mems; do
-		[[ -f $mp/$f ]] && cat "$mp/$f" >"$mp/$NAME/$f"
+		[[ -f $mp/$f ]] || continue
+		cat "$mp/$f" >"$mp/$NAME/$f"
+		if ((CRI_NODE)); then cat "$mp/$f" >"$mp$VM_CGROUP_ROOT/$f"; fi
 	done
 done < <(cgroup_mounts)
 
@@ -149,6 +169,33 @@ for pair in kubelet:/var/lib/kubelet container-logs:/var/log/containers cni/cach
 	in_node mount --bind "$src" "$dst"
 done
 
+if ((CRI_NODE)); then
+	log "VM-only node namespace $VM_NAME: lo, $VM_NODE_IP on a veth pair to $NAME ($VM_LINK_IP), no route out"
+	mkdir -p "$VM_STATE"/{kubelet,container-logs,cni/net.d,cni/ipam,pod-logs,kubelet-plugins} "$VM_RUN"
+	record netns "$VM_NAME"
+	ip netns add "$VM_NAME"
+	ip -n "$VM_NAME" link set lo up
+	ip -n "$NAME" link add vmnode0 type veth peer name vmnode1 netns "$VM_NAME"
+	ip -n "$NAME" addr add "$VM_LINK_IP/24" dev vmnode0
+	ip -n "$VM_NAME" addr add "$VM_NODE_IP/24" dev vmnode1
+	ip -n "$NAME" link set vmnode0 up
+	ip -n "$VM_NAME" link set vmnode1 up
+	nsenter --net="$VM_NETNS" -- unshare --mount --propagation private -- sleep infinity >/dev/null 2>&1 &
+	record_pid holder-vm $!
+	wait_for "mount namespace" 10 bash -c "[[ \$(readlink /proc/$(holder_pid holder-vm)/exe) == */sleep ]]" ||
+		die "the VM-only node's namespace holder did not start"
+	# The kubelet's own dirs (the CRI server keeps the CNI cache in its
+	# state root).
+	for pair in kubelet:/var/lib/kubelet container-logs:/var/log/containers; do
+		src=$VM_STATE/${pair%%:*} dst=${pair#*:}
+		if [[ ! -d $dst ]]; then
+			record mountpoint "$dst"
+			mkdir -p "$dst"
+		fi
+		in_vm_node mount --bind "$src" "$dst"
+	done
+fi
+
 snapshotter=overlayfs
 ovl=$STATE/ovl-probe
 mkdir -p "$ovl"/{l,u,w,m}
@@ -170,11 +217,15 @@ cert() {
 	openssl_quiet x509 -req -in "$pki/$1.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial -days 30 \
 		-extfile "$pki/$1.ext" -out "$pki/$1.crt"
 }
-cert apiserver "/CN=kube-apiserver" "IP:127.0.0.1,IP:$NODE_IP,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc"
+cert apiserver "/CN=kube-apiserver" "IP:127.0.0.1,IP:$NODE_IP,IP:$VM_LINK_IP,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc"
 cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
 cert kubelet "/CN=system:node:$NAME" "IP:$NODE_IP,DNS:$NAME"
 cert admin "/O=system:masters/CN=vmpod-local-admin"
 cert node "/O=system:nodes/CN=system:node:$NAME"
+if ((CRI_NODE)); then
+	cert kubelet-vm "/CN=system:node:$VM_NAME" "IP:$VM_NODE_IP,DNS:$VM_NAME"
+	cert node-vm "/O=system:nodes/CN=system:node:$VM_NAME"
+fi
 openssl_quiet genrsa -out "$pki/sa.key" 2048
 openssl_quiet rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub"
 
@@ -189,6 +240,10 @@ kubeconfig() {
 }
 kubeconfig "$STATE/admin.kubeconfig" https://127.0.0.1:6443 --client-certificate "$pki/admin.crt" --client-key "$pki/admin.key" --embed-certs
 kubeconfig "$STATE/kubelet.kubeconfig" https://127.0.0.1:6443 --client-certificate "$pki/node.crt" --client-key "$pki/node.key" --embed-certs
+# The VM-only node reaches the apiserver over its veth pair.
+if ((CRI_NODE)); then
+	kubeconfig "$STATE/kubelet-vm.kubeconfig" "https://$VM_LINK_IP:6443" --client-certificate "$pki/node-vm.crt" --client-key "$pki/node-vm.key" --embed-certs
+fi
 mkdir -p "$OUT"
 kubeconfig "$OUT/kubeconfig" "https://127.0.0.1:$HOST_PORT" --client-certificate "$pki/admin.crt" --client-key "$pki/admin.key" --embed-certs
 
@@ -225,10 +280,11 @@ log "applying manifests/ (hack/local/manifests: without the DaemonSets and the D
 kubectl_node apply -k "$repo/hack/local/manifests" >"$STATE/logs/apply.log"
 # sa_kubeconfig NAME FILE [FLAGS]: a kubeconfig with a token of ServiceAccount
 # vmpod-system/NAME, so the component has exactly the RBAC users give it.
+# $SERVER overrides the apiserver's address.
 sa_kubeconfig() {
 	local token
 	token=$(kubectl_node -n vmpod-system create token "$1" --duration 720h "${@:3}")
-	kubeconfig "$STATE/$2.kubeconfig" https://127.0.0.1:6443 --token "$token"
+	kubeconfig "$STATE/$2.kubeconfig" "${SERVER:-https://127.0.0.1:6443}" --token "$token"
 }
 sa_kubeconfig vmpod-scheduler scheduler
 
@@ -257,9 +313,35 @@ ctr images import --platform linux/amd64 "$pause_archive" >/dev/null 2>>"$STATE/
 ctr images import --platform linux/amd64 "$guest_dir/containerdisk.oci.tar" >/dev/null 2>>"$STATE/logs/ctr.log"
 
 log "starting the kubelet (node $NAME at $NODE_IP)"
-sed -e "s|@STATE@|$STATE|g" -e "s|@RUN@|$RUN|g" -e "s|@NAME@|$NAME|g" -e "s|@NODE_IP@|$NODE_IP|g" hack/local/kubelet.yaml >"$STATE/kubelet.yaml"
+sed -e "s|@STATE@|$STATE|g" -e "s|@NODE_STATE@|$STATE|g" -e "s|@RUNTIME_ENDPOINT@|unix://$RUN/containerd.sock|g" \
+	-e "s|@CGROUP_ROOT@|/$NAME|g" -e "s|@CERT@|kubelet|g" -e "s|@NODE_IP@|$NODE_IP|g" hack/local/kubelet.yaml >"$STATE/kubelet.yaml"
 start kubelet "$BIN/kubelet" --config "$STATE/kubelet.yaml" --kubeconfig "$STATE/kubelet.kubeconfig" \
 	--hostname-override "$NAME" --node-ip "$NODE_IP" --root-dir /var/lib/kubelet
+
+# The VM-only node starts while the first registers.
+if ((CRI_NODE)); then
+	log "starting vm-runtime cri on the VM-only node $VM_NAME"
+	sed -e "s|@STATE@|$VM_STATE|g" -e "s|@POD_CIDR@|$VM_POD_CIDR|g" hack/local/cni.conflist >"$VM_STATE/cni/net.d/10-vmpod-local.conflist"
+	# As manifests/systemd/vm-runtime-cri.service runs it, with this node's
+	# paths and its own QEMU uids.
+	start_in holder-vm cri env TMPDIR="$RUN/tmp" "$STATE/bin/vm-runtime" cri --listen "unix://$VM_RUN/cri.sock" \
+		--state-root "$VM_STATE/cri" --netns-dir "$VM_RUN/netns" --cni-conf-dir "$VM_STATE/cni/net.d" --cni-bin-dir /usr/lib/cni \
+		--capabilities-cache "$CAPS_CACHE" --qemu-uids "$VM_QEMU_UIDS" --default-cgroup-parent "$VM_CGROUP_ROOT/vmpod"
+	start_in holder-vm registry env TMPDIR="$RUN/tmp" "$BIN/vmpod-local-registry" -listen 127.0.0.1:80 \
+		-archive "$guest_dir/containerdisk.oci.tar" -image "${IMAGE#localhost/}"
+	printf 'runtime-endpoint: unix://%s\nimage-endpoint: unix://%s\n' "$VM_RUN/cri.sock" "$VM_RUN/cri.sock" >"$VM_STATE/crictl.yaml"
+	crictl_vm() { in_vm_node "$BIN/crictl" --config "$VM_STATE/crictl.yaml" --timeout 120s "$@"; }
+	wait_for "vm-runtime cri" 60 crictl_vm version || die "vm-runtime cri did not answer within 60s"
+	log "starting the kubelet (node $VM_NAME at $VM_NODE_IP, runtime vm-runtime cri)"
+	{
+		sed -e "s|@STATE@|$STATE|g" -e "s|@NODE_STATE@|$VM_STATE|g" -e "s|@RUNTIME_ENDPOINT@|unix://$VM_RUN/cri.sock|g" \
+			-e "s|@CGROUP_ROOT@|$VM_CGROUP_ROOT|g" -e "s|@CERT@|kubelet-vm|g" -e "s|@NODE_IP@|$VM_NODE_IP|g" hack/local/kubelet.yaml
+		printf '%s\n' "# VMs only: pods that do not tolerate this stay off the node." "registerWithTaints:" \
+			"- key: $VM_TAINT_KEY" '  value: "true"' "  effect: NoSchedule"
+	} >"$STATE/kubelet-vm.yaml"
+	start_in holder-vm kubelet-vm "$BIN/kubelet" --config "$STATE/kubelet-vm.yaml" --kubeconfig "$STATE/kubelet-vm.kubeconfig" \
+		--hostname-override "$VM_NAME" --node-ip "$VM_NODE_IP" --root-dir /var/lib/kubelet
+fi
 wait_for "node Ready" 120 bash -c "[[ \$($BIN/kubectl --kubeconfig $OUT/kubeconfig get node $NAME -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}') == True ]]" ||
 	die "node $NAME not Ready within 120s"
 
@@ -275,6 +357,20 @@ wait_for "vmpod.io/runtime=true" 120 bash -c "[[ \$($BIN/kubectl --kubeconfig $O
 # shellcheck disable=SC2016 # a go-template, not shell
 log "node $NAME is Ready and labelled: $("$BIN/kubectl" --kubeconfig "$OUT/kubeconfig" get node "$NAME" -o go-template='{{range $k, $v := .metadata.labels}}{{$k}}={{$v}} {{end}}' | tr ' ' '\n' | grep -cE 'vmpod\.io/') vmpod labels"
 
+if ((CRI_NODE)); then
+	wait_for "node $VM_NAME Ready" 120 bash -c "[[ \$($BIN/kubectl --kubeconfig $OUT/kubeconfig get node $VM_NAME -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}') == True ]]" ||
+		die "node $VM_NAME not Ready within 120s"
+	log "starting the VM-only node's labeller"
+	SERVER=https://$VM_LINK_IP:6443 sa_kubeconfig vmpod-labeller labeller-vm --bound-object-kind Node --bound-object-name "$VM_NAME"
+	start_in holder-vm labeller-vm env TMPDIR="$RUN/tmp" "$BIN/vm-runtime" labeller --node-name "$VM_NAME" \
+		--kubeconfig "$STATE/labeller-vm.kubeconfig" --capabilities-cache "$CAPS_CACHE"
+	log "pulling $IMAGE into vm-runtime cri (from the node's registry)"
+	crictl_vm pull "$IMAGE" >/dev/null
+	wait_for "vmpod.io/runtime=true on $VM_NAME" 120 bash -c "[[ \$($BIN/kubectl --kubeconfig $OUT/kubeconfig get node $VM_NAME -o jsonpath='{.metadata.labels.vmpod\.io/runtime}') == true ]]" ||
+		die "the labeller did not label $VM_NAME within 120s"
+	log "node $VM_NAME is Ready, labelled and tainted $VM_TAINT_KEY=true:NoSchedule"
+fi
+
 # State for hack/local-down.sh, hack/local/kubectl and the e2e tests.
 cat >"$OUT/env" <<EOF
 # Written by hack/local-up.sh: the cluster for kubectl and the e2e tests.
@@ -285,6 +381,16 @@ export VMPOD_E2E_STATE_ROOT=$STATE/vm
 export VMPOD_E2E_IMAGE=$IMAGE
 export VMPOD_E2E_KUBECTL=$BIN/kubectl
 EOF
+if ((CRI_NODE)); then
+	cat >>"$OUT/env" <<EOF
+# The VM-only node (vm-runtime cri): test/e2e's TestCRINode.
+export VMPOD_E2E_CRI_NODE=$VM_NAME
+export VMPOD_E2E_CRI_NODE_EXEC="nsenter --target $(holder_pid holder-vm) --mount --net --"
+export VMPOD_E2E_CRI_STATE_ROOT=$VM_STATE/cri
+export VMPOD_E2E_CRI_NETNS_DIR=$VM_RUN/netns
+export VMPOD_E2E_CRI_CGROUP_ROOT=$VM_CGROUP_ROOT
+EOF
+fi
 trap - ERR
 
 # --- 6. The demo ----------------------------------------------------------
@@ -348,6 +454,10 @@ cat <<EOF
 
   Inside the node's network namespace (pod IPs, the kubelet):
   nsenter --target $(holder_pid) --mount --net -- bash
+$(if ((CRI_NODE)); then
+	echo "  Inside the VM-only node's ($VM_NAME: vm-runtime cri, no containerd):"
+	echo "  nsenter --target $(holder_pid holder-vm) --mount --net -- bash"
+fi)
 
   Logs: $STATE/logs.  Remove everything: hack/local-down.sh
 EOF

@@ -17,6 +17,28 @@ import (
 )
 
 func criCmd(args []string) int {
+	cfg, listen, code := criFlags(args)
+	if code != 0 {
+		return code
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	s, err := cri.New(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cri:", err)
+		return 1
+	}
+	defer s.Close()
+	if err := s.Serve(ctx, listen); err != nil {
+		fmt.Fprintln(os.Stderr, "cri:", err)
+		return 1
+	}
+	return 0
+}
+
+// criFlags parses cri's flags into the server's config and the socket to
+// serve; a non-zero code is the exit code of a bad command line.
+func criFlags(args []string) (cri.Config, string, int) {
 	fs := flag.NewFlagSet("cri", flag.ContinueOnError)
 	listen := fs.String("listen", "unix:///run/vmpod/cri.sock", "the CRI socket the kubelet's containerRuntimeEndpoint names")
 	stateRoot := fs.String("state-root", "/var/lib/vmpod", "images, pods' dirs, libvirt's root and checkpoints (on disk)")
@@ -30,11 +52,11 @@ func criCmd(args []string) int {
 	streamAddr := fs.String("stream-address", cri.DefaultStreamAddr, "host:port of the exec/attach/port-forward streaming server the kubelet connects to (port 0: chosen at start)")
 	cgroupParent := fs.String("default-cgroup-parent", cri.DefaultCgroupParent, "cgroupfs parent of the pods whose sandbox names no cgroup_parent (each gets <parent>/pod<sandbox id>)")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return cri.Config{}, "", 2
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintln(os.Stderr, "cri: unexpected arguments:", fs.Args())
-		return 2
+		return cri.Config{}, "", 2
 	}
 	cfg := cri.Config{StateRoot: *stateRoot, NetnsDir: *netnsDir, CNIConfDir: *cniConf,
 		CNIBinDirs: strings.Split(*cniBin, ","), CapsCache: *capsCache, KVMCache: *kvmCache,
@@ -43,28 +65,15 @@ func criCmd(args []string) int {
 		r, err := jail.ParseRange(*uids)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "cri: --qemu-uids:", err)
-			return 2
+			return cri.Config{}, "", 2
 		}
 		cfg.UIDs = r
 	}
 	q, err := resource.ParseQuantity(*diskCap)
 	if err != nil || q.Sign() <= 0 {
 		fmt.Fprintf(os.Stderr, "cri: --disk-cap %q: want a positive quantity of bytes such as 20Gi\n", *diskCap)
-		return 2
+		return cri.Config{}, "", 2
 	}
 	cfg.DiskCap = uint64(q.Value())
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	s, err := cri.New(ctx, cfg)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "cri:", err)
-		return 1
-	}
-	defer s.Close()
-	if err := s.Serve(ctx, *listen); err != nil {
-		fmt.Fprintln(os.Stderr, "cri:", err)
-		return 1
-	}
-	return 0
+	return cfg, *listen, 0
 }

@@ -31,6 +31,29 @@ SERVICE_CIDR=10.96.0.0/24
 HOST_PORT=${VMPOD_LOCAL_PORT:-16443}
 PAUSE_IMAGE=localhost/vmpod/pause:v1
 
+# The second node, VM-only: its kubelet talks to `vm-runtime cri` (no
+# containerd). Its own network namespace ($VM_NAME), joined to the first
+# node's by a veth pair ($VM_LINK_IP there, $VM_NODE_IP here); its own
+# mount namespace, state ($VM_STATE: the CRI server's images, pods, libvirt
+# root and checkpoints; on disk) and sockets ($VM_RUN); its kubelet's
+# cgroupRoot below the first node's cgroup ($VM_CGROUP_ROOT), so that
+# local-down's cgroup handling covers it. VMPOD_LOCAL_CRI_NODE=0: no
+# second node.
+CRI_NODE=${VMPOD_LOCAL_CRI_NODE:-1}
+VM_NAME=$NAME-vm
+VM_NETNS=/run/netns/$VM_NAME
+VM_LINK_IP=10.86.1.1
+VM_NODE_IP=10.86.1.2
+VM_POD_CIDR=10.244.1.0/24
+VM_STATE=$STATE/vmnode
+VM_RUN=$RUN/vmnode
+VM_CGROUP_ROOT=/$NAME/vmnode
+# The uids QEMU runs as on this node: the range after the first node's
+# shims' (the jail's default), so that no two QEMUs of the machine share one.
+VM_QEMU_UIDS=1879113728:65536
+# The taint that keeps pods off the VM-only node unless they tolerate it.
+VM_TAINT_KEY=vmpod.io/vm-only
+
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BIN=$repo/_output/bin
 OUT=${VMPOD_LOCAL_OUT:-$repo/_output/local}
@@ -69,10 +92,14 @@ alive() {
 	[[ $(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) != Z ]]
 }
 
-holder_pid() { awk '$1 == "holder" { print $2 }' "$STATE/pids" 2>/dev/null; }
+# holder_pid [NAME]: the PID of the process that keeps a node's mount
+# namespace: holder (the first node, the default) or holder-vm.
+holder_pid() { awk -v n="${1:-holder}" '$1 == n { print $2 }' "$STATE/pids" 2>/dev/null; }
 
 # in_node CMD...: run CMD in the node's network and mount namespaces.
 in_node() { nsenter --target "$(holder_pid)" --mount --net -- "$@"; }
+# in_vm_node CMD...: the same in the VM-only node's.
+in_vm_node() { nsenter --target "$(holder_pid holder-vm)" --mount --net -- "$@"; }
 
 # record KIND ARGS...: note a host object to undo, before making it.
 record() { echo "$*" >>"$STATE/made"; }
@@ -83,12 +110,16 @@ record_pid() { echo "$1 $2 $(starttime "$2" || echo 0)" >>"$STATE/pids"; }
 # start NAME CMD...: start a long-running component in the node, logging to
 # $STATE/logs/NAME.log, and record its PID. nsenter execs CMD for the mount
 # and network namespaces (no fork), so $! is CMD's PID.
-start() {
-	local name=$1
-	shift
+start() { start_in holder "$@"; }
+
+# start_in HOLDER NAME CMD...: start as start does, in the namespaces that
+# the recorded process HOLDER keeps (holder or holder-vm).
+start_in() {
+	local holder=$1 name=$2
+	shift 2
 	# A simple command, not the in_node function: bash would fork a
 	# subshell for a function, and $! would be the subshell's PID.
-	nsenter --target "$(holder_pid)" --mount --net -- "$@" >"$STATE/logs/$name.log" 2>&1 &
+	nsenter --target "$(holder_pid "$holder")" --mount --net -- "$@" >"$STATE/logs/$name.log" 2>&1 &
 	local pid=$!
 	# Record at once (the start time is read from /proc, which has it
 	# from the fork on), so that a local-up killed here leaves a record.

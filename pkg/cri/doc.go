@@ -151,6 +151,13 @@
 //   - Images: pulls are serialized (one unpack at a time), no per-layer
 //     dedup, no pull progress; RemoveImage's in-use check races with a
 //     CreateContainer of the same image.
-//   - critest in make test, the second kubelet node, docs/install.md and a
-//     systemd unit for VM-only nodes.
+//   - critest in make test.
+//   - RuntimeConfig (the cgroup driver) answers Unimplemented: the kubelet
+//     uses its own cgroupDriver setting.
+//
+// Under a kubelet (hack/local-up.sh's second node, VM-only: no containerd;
+// test/e2e's TestCRINode): a VM pod placed there by the scheduler runs, its
+// logs, pod IP, exec and ACPI delete work, and nothing is left on the
+// node. docs/install.md ("A VM-only node") and
+// manifests/systemd/vm-runtime-cri.service say how to run it on a node.
 package cri

@@ -142,6 +142,13 @@ func (s *imageStore) List() []image {
 // tag moves to it from any other image, as a registry's tag does.
 func (s *imageStore) Pull(ctx context.Context, ref string, auth *authn.AuthConfig) (string, error) {
 	r, err := name.ParseReference(ref)
+	if err == nil && r.Context().RegistryStr() == "localhost" {
+		// As containerd's resolver (docker.MatchLocalhost): a registry on
+		// this machine may speak plain HTTP, tried after HTTPS.
+		// go-containerregistry does so by itself for localhost:<port> and
+		// 127.0.0.1, not for a bare "localhost" (port 80).
+		r, err = name.ParseReference(ref, name.Insecure)
+	}
 	if err != nil {
 		return "", errorf(errdefs.ErrInvalidArgument, "image %q: %v", ref, err)
 	}

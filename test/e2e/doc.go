@@ -16,4 +16,10 @@
 // containerdisk (hack/guest/build.sh), already on the node;
 // VMPOD_E2E_STATE_ROOT is the shims' VMPOD_STATE_ROOT on the node;
 // VMPOD_E2E_CGROUP_ROOT the kubelet's cgroupRoot (unset: any).
+//
+// A VM-only node, whose kubelet talks to vm-runtime cri (hack/local-up.sh's
+// second node), is tested when VMPOD_E2E_CRI_NODE names it (TestCRINode
+// skips otherwise), with VMPOD_E2E_CRI_NODE_EXEC (a command prefix that
+// runs on it), VMPOD_E2E_CRI_STATE_ROOT and VMPOD_E2E_CRI_NETNS_DIR (the
+// server's --state-root and --netns-dir) and VMPOD_E2E_CRI_CGROUP_ROOT.
 package e2e

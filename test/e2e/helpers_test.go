@@ -274,16 +274,13 @@ func describe(name string) string {
 }
 
 // httpGet asks the guest's HTTP server at the pod IP, from the node.
-func httpGet(t *testing.T, ip string) string {
+func (n *testNode) httpGet(t *testing.T, ip string) string {
 	t.Helper()
-	if nodeExec == nil {
-		t.Fatal("VMPOD_E2E_NODE_EXEC is not set (hack/local-up.sh's env sets it): cannot reach pod IPs from the node")
-	}
 	var out string
 	var err error
 	for range 10 { // the guest's HTTP server may lag its ready marker
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		out, err = onNode(ctx, `exec 3<>"/dev/tcp/$1/8080" && printf 'GET / HTTP/1.0\r\n\r\n' >&3 && timeout 5 cat <&3`, ip)
+		out, err = n.run(ctx, `exec 3<>"/dev/tcp/$1/8080" && printf 'GET / HTTP/1.0\r\n\r\n' >&3 && timeout 5 cat <&3`, ip)
 		cancel()
 		if strings.Contains(out, "vmpod-guest") {
 			return out

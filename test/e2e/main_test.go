@@ -29,21 +29,39 @@ const (
 )
 
 var (
-	client   kubernetes.Interface
-	image    = defaultImage
-	nodeExec []string // command prefix that runs on the node; nil: none
-	// stateRoot is the shims' VMPOD_STATE_ROOT on the node.
-	stateRoot = "/var/lib/vmpod"
-	// cgroupRoot is the kubelet's cgroupRoot, "" for any.
-	cgroupRoot = ""
+	client kubernetes.Interface
+	image  = defaultImage
+	// node is the node the tests' VM pods run on, through containerd and
+	// the shim.
+	node = &testNode{stateRoot: "/var/lib/vmpod"}
+	// criNode is the VM-only node whose kubelet talks to vm-runtime cri;
+	// nil: the cluster has none.
+	criNode *testNode
 )
+
+// testNode is a node as the tests reach it from the host.
+type testNode struct {
+	name string // "" for the tests' node, which the scheduler picks
+	exec []string
+	// stateRoot is the shims' VMPOD_STATE_ROOT, or vm-runtime cri's
+	// --state-root.
+	stateRoot string
+	// cgroupRoot is the kubelet's cgroupRoot, "" for any.
+	cgroupRoot string
+	// netnsDir is where vm-runtime cri mounts pod network namespaces, ""
+	// for containerd's (cni-<id>).
+	netnsDir string
+	// dirs hold entries that must not outlive a pod, besides those
+	// leftoverScript knows (vm-runtime cri's checkpoints, for instance).
+	dirs []string
+}
 
 func TestMain(m *testing.M) {
 	if err := setup(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.Exit(1)
 	}
-	before, beforeItems, err := leftovers()
+	before, beforeItems, err := node.leftovers()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: what the node has before the tests:", err)
 		os.Exit(1)
@@ -53,7 +71,7 @@ func TestMain(m *testing.M) {
 	// After all tests, passed or failed (each deletes its pods at
 	// cleanup), nothing of a VM may be left on the node: see
 	// leftoverScript.
-	after, err := waitLeftovers(before, beforeItems, time.Minute)
+	after, err := node.waitLeftovers(before, beforeItems, time.Minute)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: FAIL: left on the node after the tests:", err)
 		fmt.Fprintf(os.Stderr, "before: %s\nafter:  %s\n", before, after)
@@ -77,12 +95,25 @@ func setup() error {
 		image = v
 	}
 	if v := os.Getenv("VMPOD_E2E_STATE_ROOT"); v != "" {
-		stateRoot = v
+		node.stateRoot = v
 	}
-	cgroupRoot = strings.TrimSuffix(os.Getenv("VMPOD_E2E_CGROUP_ROOT"), "/")
+	node.cgroupRoot = strings.TrimSuffix(os.Getenv("VMPOD_E2E_CGROUP_ROOT"), "/")
 	// The leftover check runs on the node: it is not optional.
-	if nodeExec = strings.Fields(os.Getenv("VMPOD_E2E_NODE_EXEC")); len(nodeExec) == 0 {
+	if node.exec = strings.Fields(os.Getenv("VMPOD_E2E_NODE_EXEC")); len(node.exec) == 0 {
 		return fmt.Errorf("VMPOD_E2E_NODE_EXEC is not set: a command prefix that runs a command on the node (after hack/local-up.sh: source _output/local/env)")
+	}
+	if name := os.Getenv("VMPOD_E2E_CRI_NODE"); name != "" {
+		state := os.Getenv("VMPOD_E2E_CRI_STATE_ROOT")
+		criNode = &testNode{name: name, exec: strings.Fields(os.Getenv("VMPOD_E2E_CRI_NODE_EXEC")), stateRoot: state,
+			cgroupRoot: strings.TrimSuffix(os.Getenv("VMPOD_E2E_CRI_CGROUP_ROOT"), "/"),
+			netnsDir:   strings.TrimSuffix(os.Getenv("VMPOD_E2E_CRI_NETNS_DIR"), "/"),
+			// vm-runtime cri's checkpoints, QEMU uid leases and
+			// libvirt's domain definitions (test/cri's list).
+			dirs: []string{state + "/cri/sandboxes", state + "/cri/containers", state + "/uids",
+				state + "/libvirt/etc/libvirt/qemu"}}
+		if len(criNode.exec) == 0 || state == "" || criNode.netnsDir == "" {
+			return fmt.Errorf("VMPOD_E2E_CRI_NODE is set, VMPOD_E2E_CRI_NODE_EXEC, VMPOD_E2E_CRI_STATE_ROOT or VMPOD_E2E_CRI_NETNS_DIR is not")
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -93,11 +124,11 @@ func setup() error {
 	return nil
 }
 
-// onNode runs a bash script with arguments on the node through
-// VMPOD_E2E_NODE_EXEC and returns its standard output.
-func onNode(ctx context.Context, script string, args ...string) (string, error) {
-	args = append(append(append([]string{}, nodeExec[1:]...), "bash", "-c", script, "e2e"), args...)
-	cmd := exec.CommandContext(ctx, nodeExec[0], args...)
+// run runs a bash script with arguments on the node through its command
+// prefix (VMPOD_E2E_NODE_EXEC) and returns its standard output.
+func (n *testNode) run(ctx context.Context, script string, args ...string) (string, error) {
+	args = append(append(append([]string{}, n.exec[1:]...), "bash", "-c", script, "e2e"), args...)
+	cmd := exec.CommandContext(ctx, n.exec[0], args...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -117,10 +148,13 @@ func onNode(ctx context.Context, script string, args ...string) (string, error) 
 // driver, v1 or v2). Network: CNI pod network namespaces, and the taps in
 // them and in the node's. Mounts: all of the node's mount namespace, and
 // among them container rootfs mounts. Files: pod state dirs of the shims
-// and the kubelet's pod dirs. After the counts it lists what it counted,
-// one item a line, to name what differs.
+// (or vm-runtime cri) and the kubelet's pod dirs, and the entries of the
+// dirs named after the first three arguments (state root, cgroup root,
+// netns dir). After the counts it lists what it counted, one item a line,
+// to name what differs.
 const leftoverScript = `
-state=$1
+state=$1 root=$2 nsdir=$3
+shift 3
 self=$(readlink /proc/self/ns/mnt)
 shims=0 qemu=0
 for d in /proc/[0-9]*; do
@@ -136,9 +170,9 @@ for d in /proc/[0-9]*; do
   esac
 done
 cgroups=0 tasks=0
-# Below the kubelet's cgroupRoot ($2: hack/local-up.sh's node shares the
+# Below the kubelet's cgroupRoot ($root: hack/local-up.sh's node shares the
 # host's cgroups with other clusters' kubelets), or anywhere on the node.
-mapfile -t kubepods < <(find /sys/fs/cgroup -mindepth 1 -maxdepth 5 -type d -path "*$2/*kubepods*" -prune 2>/dev/null)
+mapfile -t kubepods < <(find /sys/fs/cgroup -mindepth 1 -maxdepth 5 -type d -path "*$root/*kubepods*" -prune 2>/dev/null)
 # Pod cgroups and all below them: pod<uid> (cgroupfs) or
 # kubepods-<qos>-pod<uid>.slice (systemd), not the QoS cgroups the kubelet
 # may make when it first needs them.
@@ -151,7 +185,8 @@ if [ ${#kubepods[@]} -gt 0 ]; then
   tasks=$(find "${kubepods[@]}" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u | wc -l)
 fi
 netns=0 taps=$(ip -o link show type tun 2>/dev/null | wc -l)
-for ns in $(awk '$5 ~ /\/netns\/cni-/ { print $5 }' /proc/self/mountinfo | sort -u); do
+# containerd's (cni-<id>), or those under vm-runtime cri's --netns-dir.
+for ns in $(awk -v d="$nsdir" '$5 ~ /\/netns\/cni-/ || (d != "" && index($5, d "/") == 1) { print $5 }' /proc/self/mountinfo | sort -u); do
   netns=$((netns + 1))
   taps=$((taps + $(nsenter --net="$ns" ip -o link show type tun 2>/dev/null | wc -l)))
 done
@@ -159,19 +194,24 @@ mounts=$(wc -l </proc/self/mountinfo)
 rootfs=$(grep -c 'io.containerd.runtime.v2.task/k8s.io/.*/rootfs ' /proc/self/mountinfo || true)
 dirs=$(ls "$state/pods" 2>/dev/null | wc -l)
 poddirs=$(ls /var/lib/kubelet/pods 2>/dev/null | wc -l)
-echo "shims=$shims qemu=$qemu tasks=$tasks cgroups=$cgroups netns=$netns taps=$taps mounts=$mounts rootfs=$rootfs statedirs=$dirs kubelet-poddirs=$poddirs"
+# The uid leases' lock is the node's, not a pod's.
+entries() { for d in "$@"; do ls -A "$d" 2>/dev/null | grep -vx '[.]lock' | sed "s|^|$d/|"; done; }
+more=$(entries "$@" | wc -l)
+echo "shims=$shims qemu=$qemu tasks=$tasks cgroups=$cgroups netns=$netns taps=$taps mounts=$mounts rootfs=$rootfs statedirs=$dirs kubelet-poddirs=$poddirs entries=$more"
 # What was counted, one per line, to show what differs.
 podcgroups | sed 's/^/cgroup /'
 awk '{ print "mount", $5 }' /proc/self/mountinfo
 ls "$state/pods" 2>/dev/null | sed 's/^/statedir /'
 ls /var/lib/kubelet/pods 2>/dev/null | sed 's/^/kubelet-poddir /'
+entries "$@" | sed 's/^/entry /'
 `
 
-// leftovers returns the counts of leftoverScript and what it counted.
-func leftovers() (string, []string, error) {
+// leftovers returns the counts of leftoverScript on the node and what it
+// counted.
+func (n *testNode) leftovers() (string, []string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out, err := onNode(ctx, leftoverScript, stateRoot, cgroupRoot)
+	out, err := n.run(ctx, leftoverScript, append([]string{n.stateRoot, n.cgroupRoot, n.netnsDir}, n.dirs...)...)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	return lines[0], lines[1:], err
 }
@@ -180,10 +220,10 @@ func leftovers() (string, []string, error) {
 // had before the tests: no count above its value before, no item that was
 // not there. What went away meanwhile (another program's namespace on a
 // shared machine) is no leftover. The error names what differs.
-func waitLeftovers(before string, beforeItems []string, timeout time.Duration) (string, error) {
+func (n *testNode) waitLeftovers(before string, beforeItems []string, timeout time.Duration) (string, error) {
 	deadline := time.Now().Add(timeout)
 	for {
-		after, items, err := leftovers()
+		after, items, err := n.leftovers()
 		if err != nil {
 			return after, err
 		}

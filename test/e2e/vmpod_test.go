@@ -41,7 +41,7 @@ func TestVMPod(t *testing.T) {
 	})
 
 	t.Run("the pod IP serves the guest", func(t *testing.T) {
-		if out := httpGet(t, p.Status.PodIP); !strings.Contains(out, "200 OK") {
+		if out := node.httpGet(t, p.Status.PodIP); !strings.Contains(out, "200 OK") {
 			t.Errorf("HTTP answer from %s:\n%s", p.Status.PodIP, out)
 		}
 	})
@@ -68,7 +68,7 @@ func TestVMPod(t *testing.T) {
 	t.Run("QEMU runs jailed", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		out, err := onNode(ctx, qemuStatusScript, stateRoot, vmspec.DomainName(p.Namespace, p.Name))
+		out, err := node.run(ctx, qemuStatusScript, node.stateRoot, vmspec.DomainName(p.Namespace, p.Name))
 		if err != nil {
 			t.Fatal(err)
 		}

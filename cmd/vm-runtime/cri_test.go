@@ -1,0 +1,43 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/vmpod/vmpod/internal/testenv/repo"
+)
+
+// TestCRIUnitFlags keeps manifests/systemd/vm-runtime-cri.service in step
+// with cri's flags: its command line parses, and it says what the
+// defaults are, as its header claims.
+func TestCRIUnitFlags(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repo.Root(t), "manifests", "systemd", "vm-runtime-cri.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var line string
+	for l := range strings.SplitSeq(strings.ReplaceAll(string(b), "\\\n", " "), "\n") {
+		if rest, ok := strings.CutPrefix(l, "ExecStart="); ok {
+			line = rest
+		}
+	}
+	argv := strings.Fields(line)
+	if len(argv) < 2 || filepath.Base(argv[0]) != "vm-runtime" || argv[1] != "cri" {
+		t.Fatalf("ExecStart=%s: want vm-runtime cri ...", line)
+	}
+	got, gotListen, code := criFlags(argv[2:])
+	if code != 0 {
+		t.Fatalf("the unit's flags %q do not parse (exit %d)", argv[2:], code)
+	}
+	want, wantListen, _ := criFlags(nil)
+	if gotListen != wantListen {
+		t.Errorf("the unit listens on %s, the default is %s", gotListen, wantListen)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("the unit's flags are not the defaults (-want +got):\n%s", diff)
+	}
+}
