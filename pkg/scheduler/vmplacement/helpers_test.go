@@ -154,6 +154,13 @@ type testFramework struct {
 
 func newTestFramework(t testing.TB, args string, nodes []*v1.Node, pods []*v1.Pod) *testFramework {
 	t.Helper()
+	return newTestFrameworkWith(t, args, nodes, pods)
+}
+
+// newTestFrameworkWith is newTestFramework with more options for
+// NewFramework, applied after the snapshot's (so one may replace it).
+func newTestFrameworkWith(t testing.TB, args string, nodes []*v1.Node, pods []*v1.Pod, opts ...frameworkruntime.Option) *testFramework {
+	t.Helper()
 	metrics.Register() // the framework counts enabled plugins; once per process
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
@@ -188,7 +195,8 @@ func newTestFramework(t testing.TB, args string, nodes []*v1.Node, pods []*v1.Po
 		defaultbinder.Name: defaultbinder.New,
 		vmplacement.Name:   vmplacement.New,
 	}
-	fw, err := frameworkruntime.NewFramework(ctx, registry, profile, frameworkruntime.WithSnapshotSharedLister(snapshot))
+	opts = append([]frameworkruntime.Option{frameworkruntime.WithSnapshotSharedLister(snapshot)}, opts...)
+	fw, err := frameworkruntime.NewFramework(ctx, registry, profile, opts...)
 	if err != nil {
 		t.Fatalf("NewFramework: %v", err)
 	}

@@ -142,7 +142,10 @@ func (pl *VMPlacement) PreFilter(_ context.Context, cs fwk.CycleState, pod *v1.P
 	if n == nil {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	pl.learn(nodes)
+	if pl.members == nil {
+		pl.learn(nodes)
+	}
+	pl.infos.update(nodes, pl.nodes.entry)
 	pl.nodes.publish()
 	rejecting := false
 	for _, c := range pl.classes.list() {
@@ -154,12 +157,68 @@ func (pl *VMPlacement) PreFilter(_ context.Context, cs fwk.CycleState, pod *v1.P
 	if !rejecting {
 		return nil, nil
 	}
+	if pl.members.ready(len(nodes)) && !hasRequiredNodeAffinity(pod) {
+		return pl.candidatesByClass(n), nil
+	}
 	return pl.candidates(pod, n, nodes), nil
+}
+
+// hasRequiredNodeAffinity reports whether the pod restricts its nodes by
+// a nodeSelector or a required node affinity.
+func hasRequiredNodeAffinity(pod *v1.Pod) bool {
+	a := pod.Spec.Affinity
+	return len(pod.Spec.NodeSelector) > 0 ||
+		a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil
+}
+
+// candidatesByClass is candidates for a pod with no node affinity, from
+// the members' names of the classes that can run the VM: no pass over
+// the nodes. As candidates, it returns nil when none of those nodes has
+// the memory for the VM; it looks at them in the snapshot only until it
+// finds one that has.
+func (pl *VMPlacement) candidatesByClass(n *needs) *fwk.PreFilterResult {
+	var fitting []*capsClass
+	for _, c := range pl.classes.list() {
+		if _, reason := n.fitsClass(c); reason == "" && c.nodes.Load() > 0 {
+			fitting = append(fitting, c)
+		}
+	}
+	var names sets.Set[string]
+	switch len(fitting) {
+	case 0:
+		return nil
+	case 1:
+		names = pl.members.names(fitting[0])
+	default:
+		var size int64
+		for _, c := range fitting {
+			size += c.nodes.Load()
+		}
+		names = make(sets.Set[string], size)
+		for _, c := range fitting {
+			for name := range pl.members.names(c) {
+				names.Insert(name)
+			}
+		}
+	}
+	infos := pl.snapshot.NodeInfos()
+	for name := range names {
+		ni, err := infos.Get(name)
+		if err != nil || ni.Node() == nil {
+			continue
+		}
+		s := pl.nodeState(ni)
+		if kvm, reason := n.fitsClass(s.class); reason == "" && n.fitsMemory(ni, s, kvm) {
+			return &fwk.PreFilterResult{NodeNames: names}
+		}
+	}
+	return nil
 }
 
 // learn works out the state of every node when some are new to the
 // plugin, so that the classes' node counts cover the cluster. It costs a
-// pass over the nodes only in cycles that meet new nodes.
+// pass over the nodes only in cycles that meet new nodes. With members,
+// the informer's events count the nodes instead.
 func (pl *VMPlacement) learn(nodes []fwk.NodeInfo) {
 	if pl.nodes.size() >= len(nodes) {
 		return
@@ -180,7 +239,9 @@ func (pl *VMPlacement) learn(nodes []fwk.NodeInfo) {
 // "didn't satisfy plugin(s) [VMPlacement]" instead of Filter's reason, so
 // candidates returns nil (every node) when none of them has the memory for
 // the VM: the pod then fits nowhere by VMPlacement, and Filter on every
-// node gives its event the reasons (docs/scheduler.md).
+// node gives its event the reasons (docs/scheduler.md). candidates is a
+// pass over the nodes, for pods with node affinity and while the members
+// are not ready; candidatesByClass does without one.
 func (pl *VMPlacement) candidates(pod *v1.Pod, n *needs, nodes []fwk.NodeInfo) *fwk.PreFilterResult {
 	affinity := nodeaffinity.GetRequiredNodeAffinity(pod)
 	var estimate int64
