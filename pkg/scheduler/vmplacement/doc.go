@@ -10,6 +10,10 @@
 //     cannot run it, names the nodes that can. The node informer's events
 //     keep each node's class and each class's node names (members.go), so
 //     for a pod without node affinity that takes no pass over the nodes.
+//     When Filter could only agree with NodeResourcesFit (every kind of
+//     node can run the VM, and no pod takes memory beyond what
+//     NodeResourcesFit counts), it skips Filter for the VM pod as well,
+//     and Reserve checks the chosen node instead (skip.go).
 //   - Filter compares that VM with the node labels the vmpod labeller
 //     writes (vmspec.Label*), through the node's class, and checks memory
 //     including the VM's real overhead (vmspec.OverheadFor), counting only

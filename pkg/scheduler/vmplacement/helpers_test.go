@@ -142,9 +142,10 @@ const (
 )
 
 // testFramework is a scheduling framework with the default queue sort and
-// binder and VMPlacement at PreFilter, Filter, PreScore and Score, built
-// by frameworkruntime.NewFramework from a profile whose pluginConfig holds
-// args as JSON, as kube-scheduler builds it from a configuration file.
+// binder and VMPlacement at PreFilter, Filter, PreScore, Score and
+// Reserve, built by frameworkruntime.NewFramework from a profile whose
+// pluginConfig holds args as JSON, as kube-scheduler builds it from a
+// configuration file.
 type testFramework struct {
 	framework.Framework
 	snapshot *cache.Snapshot
@@ -183,6 +184,7 @@ func newTestFrameworkWith(t testing.TB, args string, nodes []*v1.Node, pods []*v
 			Filter:    enabled(vmplacement.Name),
 			PreScore:  enabled(vmplacement.Name),
 			Score:     enabled(vmplacement.Name),
+			Reserve:   enabled(vmplacement.Name),
 		},
 	}
 	var pluginArgs runtime.Object

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -26,8 +27,13 @@ type VMPlacement struct {
 	// members follows the node informer (members.go); nil when the
 	// framework handle has no informer factory.
 	members *members
+	// extras follows the pod informer (skip.go); nil with members.
+	extras *extras
+	// reserveSeen is set by the first Reserve call, filterAlways by a
+	// Reserve that refused a node Filter was skipped for (skip.go).
+	reserveSeen, filterAlways atomic.Bool
 	// snapshot is the framework's snapshot of the nodes, for PreFilter's
-	// look at the nodes it names (candidatesByClass).
+	// look at the nodes it names (candidatesByClass) and Reserve's.
 	snapshot fwk.SharedLister
 	// scan is PreFilter's pass over the nodes (candidates).
 	scan scan
@@ -38,6 +44,7 @@ var (
 	_ fwk.FilterPlugin      = &VMPlacement{}
 	_ fwk.PreScorePlugin    = &VMPlacement{}
 	_ fwk.ScorePlugin       = &VMPlacement{}
+	_ fwk.ReservePlugin     = &VMPlacement{}
 	_ fwk.ScoreExtensions   = &VMPlacement{}
 	_ fwk.EnqueueExtensions = &VMPlacement{}
 	_ fwk.SignPlugin        = &VMPlacement{}
@@ -45,7 +52,8 @@ var (
 
 // New builds the plugin from its pluginConfig args (nil for all defaults).
 // From the framework handle it takes the node informer, whose events keep
-// the nodes' classes (members.go), and the snapshot; Filter and Score read
+// the nodes' classes (members.go), the pod informer (skip.go), and the
+// snapshot; Filter and Score read
 // the NodeInfo they are given.
 func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
 	args, err := decodeArgs(obj)
@@ -59,6 +67,9 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error
 	if h != nil && h.SharedInformerFactory() != nil {
 		if pl.members, err = newMembers(&pl.classes, h.SharedInformerFactory()); err != nil {
 			return nil, fmt.Errorf("%s: following nodes: %w", Name, err)
+		}
+		if pl.extras, err = newExtras(pl, h.SharedInformerFactory()); err != nil {
+			return nil, fmt.Errorf("%s: following pods: %w", Name, err)
 		}
 		pl.snapshot = h.SnapshotSharedLister()
 	}

@@ -52,6 +52,8 @@ type needs struct {
 	// fit is PreFilter's verdict on each capsClass it knew, by id; nil in
 	// needs built elsewhere (fitsClass).
 	fit []classFit
+	// filterSkipped: PreFilter skipped Filter, Reserve checks (skip.go).
+	filterSkipped bool
 }
 
 // classFit is what fits says of a class.
@@ -133,7 +135,9 @@ func countedMemory(pi fwk.PodInfo) int64 {
 // PreFilter reads the VM the pod asks for. It skips pods that are not VM
 // pods, so that Filter is not called for them. For a VM pod it checks the
 // VM against each capsClass once, and when some class that has nodes
-// cannot run it, names the nodes that can (candidates).
+// cannot run it, names the nodes that can (candidates). When every class
+// can and Filter would add nothing to NodeResourcesFit, it skips Filter
+// for the VM pod too (skip.go).
 func (pl *VMPlacement) PreFilter(_ context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	n, st := pl.needsFor(pod)
 	if !st.IsSuccess() {
@@ -153,7 +157,13 @@ func (pl *VMPlacement) PreFilter(_ context.Context, cs fwk.CycleState, pod *v1.P
 		n.fit = append(n.fit, classFit{kvm: kvm, reason: reason})
 		rejecting = rejecting || (reason != "" && c.nodes.Load() > 0)
 	}
+	if !rejecting {
+		n.filterSkipped = pl.filterAddsNothing(cs, n, len(nodes))
+	}
 	cs.Write(preFilterStateKey, n)
+	if n.filterSkipped {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
 	if !rejecting {
 		return nil, nil
 	}

@@ -45,6 +45,7 @@ var (
 	_ fwk.FilterPlugin      = &timedVMPlacement{}
 	_ fwk.PreScorePlugin    = &timedVMPlacement{}
 	_ fwk.ScorePlugin       = &timedVMPlacement{}
+	_ fwk.ReservePlugin     = &timedVMPlacement{}
 	_ fwk.EnqueueExtensions = &timedVMPlacement{}
 	_ fwk.SignPlugin        = &timedVMPlacement{}
 )
@@ -125,4 +126,13 @@ func (t *timedVMPlacement) EventsToRegister(ctx context.Context) ([]fwk.ClusterE
 
 func (t *timedVMPlacement) SignPod(ctx context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
 	return t.pl.SignPod(ctx, pod)
+}
+
+// Reserve is not timed: it checks one node per pod.
+func (t *timedVMPlacement) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, node string) *fwk.Status {
+	return t.pl.Reserve(ctx, cs, pod, node)
+}
+
+func (t *timedVMPlacement) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, node string) {
+	t.pl.Unreserve(ctx, cs, pod, node)
 }
