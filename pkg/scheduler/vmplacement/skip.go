@@ -28,9 +28,10 @@ import (
 //
 // for then Filter's memory check is NodeResourcesFit's: allocatable minus
 // the requests of the node's pods must hold the pod's count. PreFilter
-// then returns Skip, and Filter is not called for the pod on any node: in
-// a cluster whose RuntimeClass overhead covers its VMs (the shipped one
-// does up to 8 GiB), for most VM pods.
+// then returns Skip, and Filter is not called for the pod on any node, nor
+// does Score look up the nodes' states: in a cluster whose RuntimeClass
+// overhead covers its VMs (the shipped one does up to 8 GiB), for most VM
+// pods.
 //
 // The informers' events and the scheduler's snapshot are taken in
 // separate goroutines, so the first and third conditions may be a moment

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -79,6 +80,9 @@ func TestFilterSkipped(t *testing.T) {
 	if skipped(t, bare) {
 		t.Error("Filter skipped for a VM pod whose count does not cover its footprint")
 	}
+	// Score then reads no node state; the scores are those it gives when
+	// Filter runs (compared at the end).
+	skippedScores := f.scores(t, covered)
 
 	// A pod that may take memory beyond its count, anywhere in the
 	// cluster, and then gone.
@@ -107,5 +111,8 @@ func TestFilterSkipped(t *testing.T) {
 	}
 	if skipped(t, covered) {
 		t.Error("Filter skipped after Reserve refused a node")
+	}
+	if diff := cmp.Diff(f.scores(t, covered), skippedScores); diff != "" {
+		t.Errorf("scores with Filter skipped (-with Filter +skipped):\n%s", diff)
 	}
 }
