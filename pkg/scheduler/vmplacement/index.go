@@ -94,7 +94,7 @@ func (x *nodeIndex) publish() {
 
 // infoIndex finds a node's entry from the snapshot's NodeInfo itself,
 // without reading the node's name: in Filter and Score at 5,000 nodes,
-// hashing the name took two thirds of the lookup by name, nearly all of it
+// hashing the name took over half of the lookup by name, nearly all of it
 // waiting for the name's bytes to come from memory, once per node and pod.
 // The scheduler's snapshot keeps one NodeInfo per node name for as long
 // as the node exists (it overwrites its contents when the node or its
