@@ -9,7 +9,8 @@
 //     capsClass: one set of labeller labels) once, and when some kind
 //     cannot run it, names the nodes that can. The node informer's events
 //     keep each node's class and each class's node names (members.go), so
-//     for a pod without node affinity that takes no pass over the nodes.
+//     for a pod whose node affinity is decided by labeller labels (or that
+//     has none) that takes no pass over the nodes.
 //     When Filter could only agree with NodeResourcesFit (every kind of
 //     node can run the VM, and no pod takes memory beyond what
 //     NodeResourcesFit counts), it skips Filter for the VM pod as well,

@@ -52,8 +52,9 @@ func TestPreFilterFollowsNodeEvents(t *testing.T) {
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
 
-	// names waits until PreFilter names want (nil: every node).
-	names := func(t *testing.T, want []string) {
+	// namesFor waits until PreFilter names want (nil: every node) for the
+	// pod.
+	namesFor := func(t *testing.T, pod *v1.Pod, want []string) {
 		t.Helper()
 		var got []string
 		err := wait.PollUntilContextTimeout(f.ctx, 10*time.Millisecond, eventWait, true, func(context.Context) (bool, error) {
@@ -68,8 +69,12 @@ func TestPreFilterFollowsNodeEvents(t *testing.T) {
 			return cmp.Equal(want, got), nil
 		})
 		if err != nil {
-			t.Fatalf("PreFilter's nodes (-want +got):\n%s", cmp.Diff(want, got))
+			t.Fatalf("PreFilter's nodes for %s (-want +got):\n%s", pod.Name, cmp.Diff(want, got))
 		}
+	}
+	names := func(t *testing.T, want []string) {
+		t.Helper()
+		namesFor(t, pod, want)
 	}
 	update := func(t *testing.T, n *v1.Node) {
 		t.Helper()
@@ -85,6 +90,12 @@ func TestPreFilterFollowsNodeEvents(t *testing.T) {
 	tcgBKVM := makeNode("tcg-b").KVM().Obj()
 	update(t, tcgBKVM)
 	names(t, []string{"kvm-a", "tcg-b"})
+	// So for a pod whose nodeSelector names labeller labels only, as the
+	// shipped RuntimeClass's does: a class decides it.
+	selecting := pod.DeepCopy()
+	selecting.Name = "selecting"
+	selecting.Spec.NodeSelector = map[string]string{vmspec.LabelRuntime: "true"}
+	namesFor(t, selecting, []string{"kvm-a", "tcg-b"})
 
 	// Back to TCG-only.
 	update(t, makeNode("tcg-b").Obj())

@@ -27,7 +27,7 @@ type VMPlacement struct {
 	// members follows the node informer (members.go); nil when the
 	// framework handle has no informer factory.
 	members *members
-	// extras follows the pod informer (skip.go); nil with members.
+	// extras follows the pod informer (skip.go); nil when members is.
 	extras *extras
 	// reserveSeen is set by the first Reserve call, filterAlways by a
 	// Reserve that refused a node Filter was skipped for (skip.go).
@@ -53,8 +53,7 @@ var (
 // New builds the plugin from its pluginConfig args (nil for all defaults).
 // From the framework handle it takes the node informer, whose events keep
 // the nodes' classes (members.go), the pod informer (skip.go), and the
-// snapshot; Filter and Score read
-// the NodeInfo they are given.
+// snapshot; Filter and Score read the NodeInfo they are given.
 func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
 	args, err := decodeArgs(obj)
 	if err != nil {

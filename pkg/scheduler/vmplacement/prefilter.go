@@ -167,31 +167,48 @@ func (pl *VMPlacement) PreFilter(_ context.Context, cs fwk.CycleState, pod *v1.P
 	if !rejecting {
 		return nil, nil
 	}
-	if pl.members.ready(len(nodes)) && !hasRequiredNodeAffinity(pod) {
-		return pl.candidatesByClass(n), nil
+	if selector, ok := classSelector(pod); ok && pl.members.ready(len(nodes)) {
+		return pl.candidatesByClass(n, selector), nil
 	}
 	return pl.candidates(pod, n, nodes), nil
 }
 
-// hasRequiredNodeAffinity reports whether the pod restricts its nodes by
-// a nodeSelector or a required node affinity.
-func hasRequiredNodeAffinity(pod *v1.Pod) bool {
-	a := pod.Spec.Affinity
-	return len(pod.Spec.NodeSelector) > 0 ||
-		a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil
+// classSelector returns the pod's nodeSelector when a node's class
+// decides whether the pod's node affinity allows the node: the pod has no
+// required node affinity, and its nodeSelector names labeller labels
+// only, such as the vmpod.io/runtime=true that the shipped RuntimeClass's
+// scheduling section adds to every VM pod.
+func classSelector(pod *v1.Pod) (map[string]string, bool) {
+	if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+		return nil, false
+	}
+	for k := range pod.Spec.NodeSelector {
+		if !isLabellerLabel(k) {
+			return nil, false
+		}
+	}
+	return pod.Spec.NodeSelector, true
 }
 
-// candidatesByClass is candidates for a pod with no node affinity, from
-// the members' names of the classes that can run the VM: no pass over
+// candidatesByClass is candidates for a pod whose node affinity is
+// decided by class (classSelector), from the members' names of the
+// classes that can run the VM and that the selector allows: no pass over
 // the nodes. As candidates, it returns nil when none of those nodes has
 // the memory for the VM; it looks at them in the snapshot only until it
 // finds one that has.
-func (pl *VMPlacement) candidatesByClass(n *needs) *fwk.PreFilterResult {
+func (pl *VMPlacement) candidatesByClass(n *needs, selector map[string]string) *fwk.PreFilterResult {
 	var fitting []*capsClass
+classes:
 	for _, c := range pl.classes.list() {
-		if _, reason := n.fitsClass(c); reason == "" && c.nodes.Load() > 0 {
-			fitting = append(fitting, c)
+		if _, reason := n.fitsClass(c); reason != "" || c.nodes.Load() == 0 {
+			continue
 		}
+		for k, v := range selector {
+			if w, ok := c.caps.labels[k]; !ok || w != v {
+				continue classes
+			}
+		}
+		fitting = append(fitting, c)
 	}
 	var names sets.Set[string]
 	switch len(fitting) {
@@ -250,8 +267,8 @@ func (pl *VMPlacement) learn(nodes []fwk.NodeInfo) {
 // candidates returns nil (every node) when none of them has the memory for
 // the VM: the pod then fits nowhere by VMPlacement, and Filter on every
 // node gives its event the reasons (docs/scheduler.md). candidates is a
-// pass over the nodes, for pods with node affinity and while the members
-// are not ready; candidatesByClass does without one.
+// pass over the nodes, for pods with node affinity beyond labeller labels
+// and while the members are not ready; candidatesByClass does without one.
 func (pl *VMPlacement) candidates(pod *v1.Pod, n *needs, nodes []fwk.NodeInfo) *fwk.PreFilterResult {
 	affinity := nodeaffinity.GetRequiredNodeAffinity(pod)
 	var estimate int64
