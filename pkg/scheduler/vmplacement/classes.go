@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"k8s.io/apimachinery/pkg/util/sets"
+
 	"github.com/vmpod/vmpod/pkg/vmspec"
 )
 
@@ -19,9 +21,17 @@ type capsClass struct {
 	// id indexes needs.fit; ids count up from 0.
 	id   int
 	caps caps
-	// nodes is how many nodes the plugin last saw in the class, deleted
-	// ones included; an estimate that only steers PreFilter's choice.
+	// nodes is how many nodes are in the class: by the node informer's
+	// events when the plugin has members (members.go), else how many the
+	// plugin last saw in it, deleted ones included, an estimate that only
+	// steers PreFilter's choice.
 	nodes atomic.Int64
+	// names are the class's nodes by the informer's events; nil without
+	// members. Guarded by members.mu.
+	names sets.Set[string]
+	// published is a copy of names that no one changes, nil when names
+	// changed since it was made (members.names).
+	published atomic.Pointer[sets.Set[string]]
 }
 
 // capsClasses interns capsClasses by their labels. Classes are never

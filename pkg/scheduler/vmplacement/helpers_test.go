@@ -142,9 +142,10 @@ const (
 )
 
 // testFramework is a scheduling framework with the default queue sort and
-// binder and VMPlacement at PreFilter, Filter, PreScore and Score, built
-// by frameworkruntime.NewFramework from a profile whose pluginConfig holds
-// args as JSON, as kube-scheduler builds it from a configuration file.
+// binder and VMPlacement at PreFilter, Filter, PreScore, Score and
+// Reserve, built by frameworkruntime.NewFramework from a profile whose
+// pluginConfig holds args as JSON, as kube-scheduler builds it from a
+// configuration file.
 type testFramework struct {
 	framework.Framework
 	snapshot *cache.Snapshot
@@ -153,6 +154,13 @@ type testFramework struct {
 }
 
 func newTestFramework(t testing.TB, args string, nodes []*v1.Node, pods []*v1.Pod) *testFramework {
+	t.Helper()
+	return newTestFrameworkWith(t, args, nodes, pods)
+}
+
+// newTestFrameworkWith is newTestFramework with more options for
+// NewFramework, applied after the snapshot's (so one may replace it).
+func newTestFrameworkWith(t testing.TB, args string, nodes []*v1.Node, pods []*v1.Pod, opts ...frameworkruntime.Option) *testFramework {
 	t.Helper()
 	metrics.Register() // the framework counts enabled plugins; once per process
 	_, ctx := ktesting.NewTestContext(t)
@@ -176,6 +184,7 @@ func newTestFramework(t testing.TB, args string, nodes []*v1.Node, pods []*v1.Po
 			Filter:    enabled(vmplacement.Name),
 			PreScore:  enabled(vmplacement.Name),
 			Score:     enabled(vmplacement.Name),
+			Reserve:   enabled(vmplacement.Name),
 		},
 	}
 	var pluginArgs runtime.Object
@@ -188,7 +197,8 @@ func newTestFramework(t testing.TB, args string, nodes []*v1.Node, pods []*v1.Po
 		defaultbinder.Name: defaultbinder.New,
 		vmplacement.Name:   vmplacement.New,
 	}
-	fw, err := frameworkruntime.NewFramework(ctx, registry, profile, frameworkruntime.WithSnapshotSharedLister(snapshot))
+	opts = append([]frameworkruntime.Option{frameworkruntime.WithSnapshotSharedLister(snapshot)}, opts...)
+	fw, err := frameworkruntime.NewFramework(ctx, registry, profile, opts...)
 	if err != nil {
 		t.Fatalf("NewFramework: %v", err)
 	}

@@ -82,21 +82,30 @@ type nodeState struct {
 func (pl *VMPlacement) nodeState(ni fwk.NodeInfo) *nodeState {
 	node := ni.Node()
 	gen := ni.GetGeneration()
-	e := pl.nodes.entry(node.Name)
+	e := pl.infos.get(ni)
+	if e == nil {
+		e = pl.nodes.entry(node.Name)
+	}
 	old := e.state.Load()
 	if old != nil && old.generation == gen && old.node == node {
 		return old
 	}
 	s := &nodeState{node: node, generation: gen}
-	if old != nil && old.node == node {
+	switch {
+	case old != nil && old.node == node:
 		s.class = old.class
-	} else {
+	case pl.members != nil:
+		if s.class = pl.members.classOf(node); s.class == nil {
+			s.class = pl.classes.of(node.Labels)
+		}
+	default:
 		s.class = pl.classes.of(node.Labels)
 	}
 	for _, pi := range ni.GetPods() {
 		s.extraBytes = addSat(s.extraBytes, pl.podExtra(pi, &s.class.caps))
 	}
-	if e.state.CompareAndSwap(old, s) && (old == nil || old.class != s.class) {
+	// With members, the informer's events count the classes' nodes.
+	if e.state.CompareAndSwap(old, s) && pl.members == nil && (old == nil || old.class != s.class) {
 		s.class.nodes.Add(1)
 		if old != nil {
 			old.class.nodes.Add(-1)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -17,10 +18,23 @@ const Name = "VMPlacement"
 // VMPlacement filters and scores nodes for VM pods.
 type VMPlacement struct {
 	args VMPlacementArgs
-	// nodes caches what the plugin reads from each node (node.go).
+	// nodes caches what the plugin reads from each node (node.go), by
+	// name and by the snapshot's NodeInfo (index.go).
 	nodes nodeIndex
+	infos infoIndex
 	// classes are the kinds of node by labeller labels (classes.go).
 	classes capsClasses
+	// members follows the node informer (members.go); nil when the
+	// framework handle has no informer factory.
+	members *members
+	// extras follows the pod informer (skip.go); nil when members is.
+	extras *extras
+	// reserveSeen is set by the first Reserve call, filterAlways by a
+	// Reserve that refused a node Filter was skipped for (skip.go).
+	reserveSeen, filterAlways atomic.Bool
+	// snapshot is the framework's snapshot of the nodes, for PreFilter's
+	// look at the nodes it names (candidatesByClass) and Reserve's.
+	snapshot fwk.SharedLister
 	// scan is PreFilter's pass over the nodes (candidates).
 	scan scan
 }
@@ -30,15 +44,17 @@ var (
 	_ fwk.FilterPlugin      = &VMPlacement{}
 	_ fwk.PreScorePlugin    = &VMPlacement{}
 	_ fwk.ScorePlugin       = &VMPlacement{}
+	_ fwk.ReservePlugin     = &VMPlacement{}
 	_ fwk.ScoreExtensions   = &VMPlacement{}
 	_ fwk.EnqueueExtensions = &VMPlacement{}
 	_ fwk.SignPlugin        = &VMPlacement{}
 )
 
 // New builds the plugin from its pluginConfig args (nil for all defaults).
-// It needs nothing from the framework handle: Filter and Score read the
-// NodeInfo they are given.
-func New(_ context.Context, obj runtime.Object, _ fwk.Handle) (fwk.Plugin, error) {
+// From the framework handle it takes the node informer, whose events keep
+// the nodes' classes (members.go), the pod informer (skip.go), and the
+// snapshot; Filter and Score read the NodeInfo they are given.
+func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
 	args, err := decodeArgs(obj)
 	if err != nil {
 		return nil, fmt.Errorf("%s args: %w", Name, err)
@@ -46,7 +62,17 @@ func New(_ context.Context, obj runtime.Object, _ fwk.Handle) (fwk.Plugin, error
 	if err := ValidateAndDefault(&args); err != nil {
 		return nil, fmt.Errorf("%s args: %w", Name, err)
 	}
-	return &VMPlacement{args: args}, nil
+	pl := &VMPlacement{args: args}
+	if h != nil && h.SharedInformerFactory() != nil {
+		if pl.members, err = newMembers(&pl.classes, h.SharedInformerFactory()); err != nil {
+			return nil, fmt.Errorf("%s: following nodes: %w", Name, err)
+		}
+		if pl.extras, err = newExtras(pl, h.SharedInformerFactory()); err != nil {
+			return nil, fmt.Errorf("%s: following pods: %w", Name, err)
+		}
+		pl.snapshot = h.SnapshotSharedLister()
+	}
+	return pl, nil
 }
 
 // Name returns the plugin's name.

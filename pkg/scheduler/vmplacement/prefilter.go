@@ -52,6 +52,8 @@ type needs struct {
 	// fit is PreFilter's verdict on each capsClass it knew, by id; nil in
 	// needs built elsewhere (fitsClass).
 	fit []classFit
+	// filterSkipped: PreFilter skipped Filter, Reserve checks (skip.go).
+	filterSkipped bool
 }
 
 // classFit is what fits says of a class.
@@ -133,7 +135,9 @@ func countedMemory(pi fwk.PodInfo) int64 {
 // PreFilter reads the VM the pod asks for. It skips pods that are not VM
 // pods, so that Filter is not called for them. For a VM pod it checks the
 // VM against each capsClass once, and when some class that has nodes
-// cannot run it, names the nodes that can (candidates).
+// cannot run it, names the nodes that can (candidates). When every class
+// can and Filter would add nothing to NodeResourcesFit, it skips Filter
+// for the VM pod too (skip.go).
 func (pl *VMPlacement) PreFilter(_ context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	n, st := pl.needsFor(pod)
 	if !st.IsSuccess() {
@@ -142,7 +146,10 @@ func (pl *VMPlacement) PreFilter(_ context.Context, cs fwk.CycleState, pod *v1.P
 	if n == nil {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	pl.learn(nodes)
+	if pl.members == nil {
+		pl.learn(nodes)
+	}
+	pl.infos.update(nodes, pl.nodes.entry)
 	pl.nodes.publish()
 	rejecting := false
 	for _, c := range pl.classes.list() {
@@ -150,16 +157,95 @@ func (pl *VMPlacement) PreFilter(_ context.Context, cs fwk.CycleState, pod *v1.P
 		n.fit = append(n.fit, classFit{kvm: kvm, reason: reason})
 		rejecting = rejecting || (reason != "" && c.nodes.Load() > 0)
 	}
+	if !rejecting {
+		n.filterSkipped = pl.filterAddsNothing(cs, n, len(nodes))
+	}
 	cs.Write(preFilterStateKey, n)
+	if n.filterSkipped {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
 	if !rejecting {
 		return nil, nil
+	}
+	if selector, ok := classSelector(pod); ok && pl.members.ready(len(nodes)) {
+		return pl.candidatesByClass(n, selector), nil
 	}
 	return pl.candidates(pod, n, nodes), nil
 }
 
+// classSelector returns the pod's nodeSelector when a node's class
+// decides whether the pod's node affinity allows the node: the pod has no
+// required node affinity, and its nodeSelector names labeller labels
+// only, such as the vmpod.io/runtime=true that the shipped RuntimeClass's
+// scheduling section adds to every VM pod.
+func classSelector(pod *v1.Pod) (map[string]string, bool) {
+	if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+		return nil, false
+	}
+	for k := range pod.Spec.NodeSelector {
+		if !isLabellerLabel(k) {
+			return nil, false
+		}
+	}
+	return pod.Spec.NodeSelector, true
+}
+
+// candidatesByClass is candidates for a pod whose node affinity is
+// decided by class (classSelector), from the members' names of the
+// classes that can run the VM and that the selector allows: no pass over
+// the nodes. As candidates, it returns nil when none of those nodes has
+// the memory for the VM; it looks at them in the snapshot only until it
+// finds one that has.
+func (pl *VMPlacement) candidatesByClass(n *needs, selector map[string]string) *fwk.PreFilterResult {
+	var fitting []*capsClass
+classes:
+	for _, c := range pl.classes.list() {
+		if _, reason := n.fitsClass(c); reason != "" || c.nodes.Load() == 0 {
+			continue
+		}
+		for k, v := range selector {
+			if w, ok := c.caps.labels[k]; !ok || w != v {
+				continue classes
+			}
+		}
+		fitting = append(fitting, c)
+	}
+	var names sets.Set[string]
+	switch len(fitting) {
+	case 0:
+		return nil
+	case 1:
+		names = pl.members.names(fitting[0])
+	default:
+		var size int64
+		for _, c := range fitting {
+			size += c.nodes.Load()
+		}
+		names = make(sets.Set[string], size)
+		for _, c := range fitting {
+			for name := range pl.members.names(c) {
+				names.Insert(name)
+			}
+		}
+	}
+	infos := pl.snapshot.NodeInfos()
+	for name := range names {
+		ni, err := infos.Get(name)
+		if err != nil || ni.Node() == nil {
+			continue
+		}
+		s := pl.nodeState(ni)
+		if kvm, reason := n.fitsClass(s.class); reason == "" && n.fitsMemory(ni, s, kvm) {
+			return &fwk.PreFilterResult{NodeNames: names}
+		}
+	}
+	return nil
+}
+
 // learn works out the state of every node when some are new to the
 // plugin, so that the classes' node counts cover the cluster. It costs a
-// pass over the nodes only in cycles that meet new nodes.
+// pass over the nodes only in cycles that meet new nodes. With members,
+// the informer's events count the nodes instead.
 func (pl *VMPlacement) learn(nodes []fwk.NodeInfo) {
 	if pl.nodes.size() >= len(nodes) {
 		return
@@ -180,7 +266,9 @@ func (pl *VMPlacement) learn(nodes []fwk.NodeInfo) {
 // "didn't satisfy plugin(s) [VMPlacement]" instead of Filter's reason, so
 // candidates returns nil (every node) when none of them has the memory for
 // the VM: the pod then fits nowhere by VMPlacement, and Filter on every
-// node gives its event the reasons (docs/scheduler.md).
+// node gives its event the reasons (docs/scheduler.md). candidates is a
+// pass over the nodes, for pods with node affinity beyond labeller labels
+// and while the members are not ready; candidatesByClass does without one.
 func (pl *VMPlacement) candidates(pod *v1.Pod, n *needs, nodes []fwk.NodeInfo) *fwk.PreFilterResult {
 	affinity := nodeaffinity.GetRequiredNodeAffinity(pod)
 	var estimate int64

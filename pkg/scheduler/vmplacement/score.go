@@ -70,8 +70,17 @@ func (pl *VMPlacement) strategyScore(n *needs, nodeInfo fwk.NodeInfo) int64 {
 	if alloc <= 0 {
 		return 0
 	}
-	s := pl.nodeState(nodeInfo)
-	free := subSat(subSat(alloc, usedMemory(nodeInfo, s)), n.footprint(s.class.caps.runsUnderKVM(n.Accel)))
+	var used, footprint int64
+	if n.filterSkipped {
+		// No pod takes memory beyond its count, and the VM's footprint
+		// is its count (skip.go): the node's state has nothing to add.
+		// Were the informers a moment behind, only this ranking would be.
+		used, footprint = requestedSat(nodeInfo.GetRequested().GetMemory()), n.CountedBytes
+	} else {
+		s := pl.nodeState(nodeInfo)
+		used, footprint = usedMemory(nodeInfo, s), n.footprint(s.class.caps.runsUnderKVM(n.Accel))
+	}
+	free := subSat(subSat(alloc, used), footprint)
 	free = min(max(free, 0), alloc)
 	share := scaleShare(fwk.MaxNodeScore, free, alloc)
 	if pl.args.Strategy == StrategyPack {

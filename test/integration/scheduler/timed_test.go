@@ -45,6 +45,7 @@ var (
 	_ fwk.FilterPlugin      = &timedVMPlacement{}
 	_ fwk.PreScorePlugin    = &timedVMPlacement{}
 	_ fwk.ScorePlugin       = &timedVMPlacement{}
+	_ fwk.ReservePlugin     = &timedVMPlacement{}
 	_ fwk.EnqueueExtensions = &timedVMPlacement{}
 	_ fwk.SignPlugin        = &timedVMPlacement{}
 )
@@ -60,20 +61,23 @@ func newTimedVMPlacement(pt *pluginTime) func(context.Context, runtime.Object, f
 	}
 }
 
-// since adds the time since start to sum in a sampled cycle.
-func since(cs fwk.CycleState, sum *atomic.Int64, start time.Time) {
-	if cs.ShouldRecordPluginMetrics() {
-		sum.Add(int64(time.Since(start)))
-	}
+// since adds the time since start to sum. The callers read the clock
+// only in sampled cycles, as the framework does for its own plugin
+// metrics: two clock reads on every Filter and Score call (about 100 ns
+// each on the development VM, a thousand calls per VM pod on 5,000 nodes)
+// would be a cost of this wrapper that the default profile does not pay.
+func since(sum *atomic.Int64, start time.Time) {
+	sum.Add(int64(time.Since(start)))
 }
 
 func (t *timedVMPlacement) Name() string { return t.pl.Name() }
 
 func (t *timedVMPlacement) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
-	if cs.ShouldRecordPluginMetrics() {
-		t.pt.cycles.Add(1)
+	if !cs.ShouldRecordPluginMetrics() {
+		return t.pl.PreFilter(ctx, cs, pod, nodes)
 	}
-	defer since(cs, &t.pt.preFilter, time.Now())
+	t.pt.cycles.Add(1)
+	defer since(&t.pt.preFilter, time.Now())
 	return t.pl.PreFilter(ctx, cs, pod, nodes)
 }
 
@@ -82,17 +86,26 @@ func (t *timedVMPlacement) PreFilterExtensions() fwk.PreFilterExtensions {
 }
 
 func (t *timedVMPlacement) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni fwk.NodeInfo) *fwk.Status {
-	defer since(cs, &t.pt.filter, time.Now())
+	if !cs.ShouldRecordPluginMetrics() {
+		return t.pl.Filter(ctx, cs, pod, ni)
+	}
+	defer since(&t.pt.filter, time.Now())
 	return t.pl.Filter(ctx, cs, pod, ni)
 }
 
 func (t *timedVMPlacement) PreScore(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
-	defer since(cs, &t.pt.preScore, time.Now())
+	if !cs.ShouldRecordPluginMetrics() {
+		return t.pl.PreScore(ctx, cs, pod, nodes)
+	}
+	defer since(&t.pt.preScore, time.Now())
 	return t.pl.PreScore(ctx, cs, pod, nodes)
 }
 
 func (t *timedVMPlacement) Score(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni fwk.NodeInfo) (int64, *fwk.Status) {
-	defer since(cs, &t.pt.score, time.Now())
+	if !cs.ShouldRecordPluginMetrics() {
+		return t.pl.Score(ctx, cs, pod, ni)
+	}
+	defer since(&t.pt.score, time.Now())
 	return t.pl.Score(ctx, cs, pod, ni)
 }
 
@@ -100,7 +113,10 @@ func (t *timedVMPlacement) ScoreExtensions() fwk.ScoreExtensions { return t }
 
 // NormalizeScore counts as Score.
 func (t *timedVMPlacement) NormalizeScore(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
-	defer since(cs, &t.pt.score, time.Now())
+	if !cs.ShouldRecordPluginMetrics() {
+		return t.pl.NormalizeScore(ctx, cs, pod, scores)
+	}
+	defer since(&t.pt.score, time.Now())
 	return t.pl.NormalizeScore(ctx, cs, pod, scores)
 }
 
@@ -110,4 +126,13 @@ func (t *timedVMPlacement) EventsToRegister(ctx context.Context) ([]fwk.ClusterE
 
 func (t *timedVMPlacement) SignPod(ctx context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
 	return t.pl.SignPod(ctx, pod)
+}
+
+// Reserve is not timed: it checks one node per pod.
+func (t *timedVMPlacement) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, node string) *fwk.Status {
+	return t.pl.Reserve(ctx, cs, pod, node)
+}
+
+func (t *timedVMPlacement) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, node string) {
+	t.pl.Unreserve(ctx, cs, pod, node)
 }
