@@ -195,7 +195,7 @@ func runDensity(b *testing.B, n, guestMiB, parallel int) densityRun {
 	// its RAM resident in QEMU, as a guest that used its memory. The model
 	// must hold then too.
 	for _, p := range pods {
-		c.MustCrictl(b, "exec", p.ctr, "sh", "-c", "head -c 70M /dev/zero >/fill; rm -f /fill; true")
+		c.MustCrictl(b, "exec", p.ctr, "sh", "-c", "dd if=/dev/zero of=/fill bs=1048576 count=70 2>/dev/null; rm -f /fill")
 	}
 	_, qemus2 := settleAndSample(b, shimPIDs, qemuPIDs)
 	r.filled.usedKiB = before["MemAvailable"] - meminfo(b)["MemAvailable"]
