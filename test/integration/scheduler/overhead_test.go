@@ -188,7 +188,7 @@ func waitScheduled(t *testing.T, c clientset.Interface, name string) (node, msg 
 
 // shippedOverhead is the RuntimeClass overhead vmpod ships
 // (manifests/runtimeclass.yaml).
-func shippedOverhead(t *testing.T) v1.ResourceList {
+func shippedOverhead(t testing.TB) v1.ResourceList {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(repo.Root(t), "manifests", "runtimeclass.yaml"))
 	if err != nil {
