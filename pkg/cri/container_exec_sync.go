@@ -82,10 +82,11 @@ func execInGuest(ctx, vmCtx context.Context, v *vm.VM, req vm.ExecRequest) (vm.E
 	}
 }
 
-// vmStopSettle bounds how long an exec that lost the guest agent waits to
-// learn whether the VM stopped; vmStopArrive how long it waits for the
-// stop event when the hypervisor said the domain no longer runs (it comes;
-// on a loaded node it was seen 2 s late).
+// vmStopSettle bounds how long an exec that could not reach the guest
+// agent waits to learn whether the VM stopped; vmStopArrive how long it
+// waits for the stop event when the hypervisor said the domain no longer
+// runs, or the agent went away under a running command (a guest shutting
+// down stops its agent seconds before it powers off).
 const (
 	vmStopSettle = 2 * time.Second
 	vmStopArrive = 30 * time.Second
@@ -102,9 +103,13 @@ func stoppedUnder(ctx context.Context, v *vm.VM, err error) bool {
 		return false
 	}
 	settle := vmStopSettle
-	if !errdefs.IsUnavailable(err) {
+	var lost *vm.CommandLostError
+	if !errdefs.IsUnavailable(err) || errors.As(err, &lost) {
 		// Not running, or gone (vmpod's domains all have an agent
-		// channel): the stop event is on its way.
+		// channel), or the agent went away under a command it had
+		// started (a guest shutting down stops its agent first): the
+		// stop event is on its way, or the agent failed and the wait
+		// costs a rare exec 30 s before its 126.
 		settle = vmStopArrive
 	}
 	wctx, cancel := context.WithTimeout(ctx, settle)

@@ -107,7 +107,7 @@ func (m *Machine) Exec(ctx context.Context, req ExecRequest) (ExecResult, error)
 		}
 		res, exited, err := m.guestExecStatus(ctx, pid)
 		if err != nil {
-			return ExecResult{}, fmt.Errorf("exec %q in %s: status of guest pid %d: %w", req.Args[0], m.name, pid, err)
+			return ExecResult{}, &CommandLostError{PID: pid, Err: fmt.Errorf("exec %q in %s: status of guest pid %d: %w", req.Args[0], m.name, pid, err)}
 		}
 		if exited {
 			return res, nil
@@ -227,3 +227,14 @@ func (m *Machine) agent(ctx context.Context, command string, args, ret any) erro
 	}
 	return nil
 }
+
+// CommandLostError is an Exec whose command the guest started but whose
+// end the guest agent did not report: the agent went away, most often
+// because the guest is shutting down. Err keeps the cause's class.
+type CommandLostError struct {
+	PID int // in the guest
+	Err error
+}
+
+func (e *CommandLostError) Error() string { return e.Err.Error() }
+func (e *CommandLostError) Unwrap() error { return e.Err }
