@@ -29,6 +29,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"
 
+	"github.com/vmpod/vmpod/internal/procmem"
 	"github.com/vmpod/vmpod/pkg/vmspec"
 )
 
@@ -143,29 +144,11 @@ func (e shimEnv) environ() []string {
 // process shimPID started.
 func helpers(t testing.TB, shimPID int) []int {
 	t.Helper()
-	dirs, err := os.ReadDir("/proc")
+	pids, err := procmem.Children([]int{shimPID}, "vm-runtime")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []int
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", d.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...
-		s := string(stat)
-		i := strings.LastIndexByte(s, ')')
-		f := strings.Fields(s[i+1:])
-		if len(f) > 1 && f[1] == strconv.Itoa(shimPID) && s[strings.IndexByte(s, '(')+1:i] == "vm-runtime" {
-			out = append(out, pid)
-		}
-	}
-	return out
+	return pids
 }
 
 // waitNoHelper waits until shimPID runs no libvirt helper.

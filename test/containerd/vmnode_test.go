@@ -6,8 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -158,32 +156,11 @@ func (n *vmNode) pids(b testing.TB, pods []*vmPod) (shims, qemus []int) {
 // running under the shims.
 func libvirtHelpers(b testing.TB, shimPIDs []int) []int {
 	b.Helper()
-	dirs, err := os.ReadDir("/proc")
+	pids, err := procmem.Children(shimPIDs, "vm-runtime")
 	if err != nil {
 		b.Fatal(err)
 	}
-	var out []int
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", d.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...
-		st := string(stat)
-		i := strings.LastIndexByte(st, ')')
-		f := strings.Fields(st[i+1:])
-		if len(f) < 2 || st[strings.IndexByte(st, '(')+1:i] != "vm-runtime" {
-			continue
-		}
-		if ppid, err := strconv.Atoi(f[1]); err == nil && slices.Contains(shimPIDs, ppid) {
-			out = append(out, pid)
-		}
-	}
-	return out
+	return pids
 }
 
 // settleAndSample waits for the pods to settle (libvirt's agent handshake,

@@ -104,16 +104,8 @@ func TestCrictlVMPod(t *testing.T) {
 	n.must("stop", "--timeout", "60", id)
 	n.waitLogs(id, "VMPOD-GUEST: poweroff", 10*time.Second)
 	waiting()
-	var st struct {
-		Status struct {
-			State    string
-			ExitCode int
-			Reason   string
-		}
-	}
-	n.mustJSON(&st, "inspect", id)
-	if st.Status.State != "CONTAINER_EXITED" || st.Status.ExitCode != 0 {
-		t.Errorf("after ACPI shutdown: %+v, want exited 0", st.Status)
+	if st := n.inspect(id); st.State != "CONTAINER_EXITED" || st.ExitCode != 0 {
+		t.Errorf("after ACPI shutdown: %+v, want exited 0", st)
 	}
 	n.must("rm", id)
 	n.must("stopp", podID)
@@ -183,17 +175,9 @@ func TestCrictlServerRestart(t *testing.T) {
 	n.kill()
 	n.start()
 
-	var st struct {
-		Status struct {
-			State    string
-			ExitCode int
-			Reason   string
-			Message  string
-		}
-	}
-	n.mustJSON(&st, "inspect", id)
-	if st.Status.State != "CONTAINER_RUNNING" {
-		t.Fatalf("after a server restart: %+v, want running", st.Status)
+	st := n.inspect(id)
+	if st.State != "CONTAINER_RUNNING" {
+		t.Fatalf("after a server restart: %+v, want running", st)
 	}
 	if out := n.must("ps", "-q", "--state", "running"); !strings.Contains(out, id) {
 		t.Errorf("crictl ps --state running after a restart does not list %s:\n%s", id, out)
@@ -239,9 +223,8 @@ func TestCrictlServerRestart(t *testing.T) {
 
 	n.must("stop", "--timeout", "60", id)
 	n.waitLogs(id, "VMPOD-GUEST: poweroff", 10*time.Second)
-	n.mustJSON(&st, "inspect", id)
-	if st.Status.State != "CONTAINER_EXITED" || st.Status.ExitCode != 0 {
-		t.Errorf("after ACPI shutdown of the VM taken over: %+v, want exited 0", st.Status)
+	if st = n.inspect(id); st.State != "CONTAINER_EXITED" || st.ExitCode != 0 {
+		t.Errorf("after ACPI shutdown of the VM taken over: %+v, want exited 0", st)
 	}
 	n.must("rm", id)
 	n.must("stopp", podID)
@@ -273,17 +256,9 @@ func TestCrictlServerRestartAdoptFails(t *testing.T) {
 	n.run("nsenter", "--net="+podNetns, "ip", "link", "del", "vmpod0")
 	n.start()
 
-	var st struct {
-		Status struct {
-			State    string
-			ExitCode int
-			Reason   string
-			Message  string
-		}
-	}
-	n.mustJSON(&st, "inspect", id)
-	if st.Status.State != "CONTAINER_EXITED" || st.Status.Reason != "AdoptFailed" || !strings.Contains(st.Status.Message, "vmpod0") {
-		t.Errorf("after a restart that could not take the VM over: %+v, want exited, AdoptFailed, naming the tap", st.Status)
+	st := n.inspect(id)
+	if st.State != "CONTAINER_EXITED" || st.Reason != "AdoptFailed" || !strings.Contains(st.Message, "vmpod0") {
+		t.Errorf("after a restart that could not take the VM over: %+v, want exited, AdoptFailed, naming the tap", st)
 	}
 	for i := 0; i < 200 && syscall.Kill(pid, 0) == nil; i++ { // bounded: QEMU is reaped a moment after its stop
 		time.Sleep(50 * time.Millisecond)
@@ -474,8 +449,18 @@ func (n *node) serveImage() string {
 // listenIn listens on 127.0.0.1 of the network namespace at path: the
 // socket is made on a thread in it and stays there.
 func listenIn(t *testing.T, path string) net.Listener {
+	l, err := inNetns(path, func() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") })
+	if err != nil {
+		t.Fatalf("listen in %s: %v", path, err)
+	}
+	return l
+}
+
+// inNetns runs f on a thread in the network namespace at path, so that
+// the sockets it makes belong to that namespace.
+func inNetns[T any](path string, f func() (T, error)) (T, error) {
 	type res struct {
-		l   net.Listener
+		v   T
 		err error
 	}
 	c := make(chan res, 1)
@@ -490,14 +475,11 @@ func listenIn(t *testing.T, path string) net.Listener {
 			c <- res{err: err}
 			return
 		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		c <- res{l, err}
+		v, err := f()
+		c <- res{v, err}
 	}()
 	r := <-c
-	if r.err != nil {
-		t.Fatalf("listen in %s: %v", path, r.err)
-	}
-	return r.l
+	return r.v, r.err
 }
 
 // start runs `vm-runtime cri` (built once) in the node's namespace until
@@ -669,6 +651,21 @@ func (n *node) mustJSON(v any, args ...string) {
 	if err := json.Unmarshal([]byte(out), v); err != nil {
 		n.t.Fatalf("crictl %v: %v\n%s", args, err, out)
 	}
+}
+
+// containerStatus is what `crictl inspect` says of a container's state.
+type containerStatus struct {
+	State    string
+	ExitCode int
+	Reason   string
+	Message  string
+}
+
+// inspect is the container's status, from `crictl inspect`.
+func (n *node) inspect(id string) containerStatus {
+	var st struct{ Status containerStatus }
+	n.mustJSON(&st, "inspect", id)
+	return st.Status
 }
 
 func (n *node) crictlRun(timeout time.Duration, args ...string) (string, error) {

@@ -10,12 +10,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/vishvananda/netns"
 )
 
 // crictlCmd is crictl with argv, run in the node's network namespace: the
@@ -213,30 +210,11 @@ func (n *node) checkPortForward(podID string) {
 
 // dialIn connects to addr from the network namespace at path.
 func dialIn(t interface{ Fatalf(string, ...any) }, path, addr string) net.Conn {
-	type res struct {
-		c   net.Conn
-		err error
+	c, err := inNetns(path, func() (net.Conn, error) { return net.DialTimeout("tcp", addr, 30*time.Second) })
+	if err != nil {
+		t.Fatalf("dial %s in %s: %v", addr, path, err)
 	}
-	c := make(chan res, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
-		ns, err := netns.GetFromPath(path)
-		if err == nil {
-			err = netns.Set(ns)
-			ns.Close()
-		}
-		if err != nil {
-			c <- res{err: err}
-			return
-		}
-		conn, err := net.DialTimeout("tcp", addr, 30*time.Second)
-		c <- res{conn, err}
-	}()
-	r := <-c
-	if r.err != nil {
-		t.Fatalf("dial %s in %s: %v", addr, path, r.err)
-	}
-	return r.c
+	return c
 }
 
 // checkStats: crictl stats and statsp report the VM's CPU and memory.

@@ -156,10 +156,6 @@ func TestOpenReportsTheHelpersError(t *testing.T) {
 // QMP socket, as libvirt leaves it after its helper went, and checks that
 // a watch reports each way QEMU can go with the reason libvirt would.
 func TestWatchFollowsQEMU(t *testing.T) {
-	qemu, err := exec.LookPath("qemu-system-x86_64")
-	if err != nil {
-		t.Skip("no qemu-system-x86_64")
-	}
 	for _, tc := range []struct {
 		name string
 		end  func(t *testing.T, pid int)
@@ -169,16 +165,7 @@ func TestWatchFollowsQEMU(t *testing.T) {
 		{"SIGTERM", func(t *testing.T, pid int) { syscallKill(t, pid, 15) }, virt.StopDestroyed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sock := filepath.Join(t.TempDir(), "monitor.sock")
-			cmd := exec.Command(qemu, "-machine", "none", "-nodefaults", "-display", "none", "-no-shutdown",
-				"-qmp", "unix:"+sock+",server=on,wait=off")
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			exited := make(chan struct{})
-			go func() { _ = cmd.Wait(); close(exited) }()
-			t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
-			waitFor(t, "QEMU's monitor socket", func() bool { _, err := os.Stat(sock); return err == nil })
+			sock, cmd := startQEMU(t)
 
 			events := make(chan virt.Event, 16)
 			w := startWatch(handoff{name: "d", monitor: sock, pid: cmd.Process.Pid}, func(evs ...virt.Event) {
@@ -213,20 +200,7 @@ func TestWatchFollowsQEMU(t *testing.T) {
 // TestWatchLetsGo: a stopped watch frees the monitor for the next client
 // (libvirt) and reports QEMU alive.
 func TestWatchLetsGo(t *testing.T) {
-	qemu, err := exec.LookPath("qemu-system-x86_64")
-	if err != nil {
-		t.Skip("no qemu-system-x86_64")
-	}
-	sock := filepath.Join(t.TempDir(), "monitor.sock")
-	cmd := exec.Command(qemu, "-machine", "none", "-nodefaults", "-display", "none", "-no-shutdown",
-		"-qmp", "unix:"+sock+",server=on,wait=off")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
-	waitFor(t, "QEMU's monitor socket", func() bool { _, err := os.Stat(sock); return err == nil })
+	sock, cmd := startQEMU(t)
 	var got []virt.Event
 	w := startWatch(handoff{name: "d", monitor: sock, pid: cmd.Process.Pid}, func(evs ...virt.Event) { got = append(got, evs...) })
 	time.Sleep(300 * time.Millisecond)
@@ -247,6 +221,29 @@ func TestWatchLetsGo(t *testing.T) {
 	if n, err := conn.Read(buf); err != nil || n == 0 {
 		t.Fatalf("no QMP greeting for the next client: %v", err)
 	}
+}
+
+// startQEMU runs a QEMU with no guest (-machine none; no accelerator
+// needed) and a QMP socket, as libvirt leaves one after its helper went
+// (-no-shutdown), killed when the test ends. hack/install-deps.sh installs
+// QEMU on every machine the tests run on.
+func startQEMU(t *testing.T) (monitor string, cmd *exec.Cmd) {
+	t.Helper()
+	qemu, err := exec.LookPath("qemu-system-x86_64")
+	if err != nil {
+		t.Fatalf("no qemu-system-x86_64 (hack/install-deps.sh installs it): %v", err)
+	}
+	monitor = filepath.Join(t.TempDir(), "monitor.sock")
+	cmd = exec.Command(qemu, "-machine", "none", "-nodefaults", "-display", "none", "-no-shutdown",
+		"-qmp", "unix:"+monitor+",server=on,wait=off")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+	waitFor(t, "QEMU's monitor socket", func() bool { _, err := os.Stat(monitor); return err == nil })
+	return monitor, cmd
 }
 
 func syscallKill(t *testing.T, pid, sig int) {
