@@ -310,6 +310,64 @@ func TestShimRunsVMPod(t *testing.T) {
 	}
 }
 
+// TestShimStopsWithoutLibvirt: the kubelet's stop (SIGTERM: the ACPI
+// power button) of a running VM starts no libvirt helper: the shim
+// presses the button on QEMU's monitor and follows the power-off there,
+// so no helper runs beside a guest that has used its RAM (the overhead
+// model counts on it). The container exits 0, as under libvirt; the
+// delete that follows starts one, which cleans up after the QEMU it finds
+// gone.
+func TestShimStopsWithoutLibvirt(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	e := newPodEnv(t)
+	c, qemuPID := e.runPod(t, ctx)
+	t.Cleanup(func() {
+		if alive(int(qemuPID)) {
+			syscall.Kill(int(qemuPID), syscall.SIGKILL)
+		}
+	})
+	e.stdout.waitFor(t, "VMPOD-GUEST: ready", 3*time.Minute)
+	conn, err := c.Connect(ctx, &taskAPI.ConnectRequest{ID: e.p.vmID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shimPID := int(conn.ShimPid)
+	// Start settled the helper: it went right after the VM started.
+	waitNoHelper(t, shimPID, 5*time.Second)
+
+	if _, err := c.Kill(ctx, &taskAPI.KillRequest{ID: e.p.vmID, Signal: uint32(syscall.SIGTERM)}); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan *taskAPI.WaitResponse, 1)
+	go func() {
+		w, err := c.Wait(ctx, &taskAPI.WaitRequest{ID: e.p.vmID})
+		if err != nil {
+			t.Errorf("Wait: %v", err)
+		}
+		exited <- w
+	}()
+	var w *taskAPI.WaitResponse
+	for w == nil {
+		if h := helpers(t, shimPID); len(h) > 0 {
+			t.Fatalf("the stop started libvirt helpers %v", h)
+		}
+		select {
+		case w = <-exited:
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if w.ExitStatus != 0 {
+		t.Errorf("exit status %d after the ACPI power button, want 0", w.ExitStatus)
+	}
+	e.stdout.waitFor(t, "VMPOD-GUEST: poweroff", 10*time.Second) // the guest saw the button
+	if !waitGone(int(qemuPID), 10*time.Second) {
+		t.Errorf("QEMU %d still runs after the guest powered off", qemuPID)
+	}
+	e.deletePod(t, ctx, c)
+	e.assertClean(t)
+}
+
 // deletePod does what containerd does when the kubelet removes the pod.
 func (e *podEnv) deletePod(t testing.TB, ctx context.Context, c taskAPI.TTRPCTaskService) {
 	t.Helper()

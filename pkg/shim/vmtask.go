@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/vmpod/vmpod/pkg/podcgroup"
+	"github.com/vmpod/vmpod/pkg/virt/remote"
 	"github.com/vmpod/vmpod/pkg/vm"
 	"github.com/vmpod/vmpod/pkg/vmspec"
 )
@@ -25,6 +26,7 @@ import (
 // API onto a vm.VM, which does the work.
 type vmTask struct {
 	vm      *vm.VM
+	hv      *remote.Client // the pod's libvirt, through helpers
 	console *console
 	task    *task
 	ckpt    checkpoint
@@ -86,6 +88,7 @@ func createVM(ctx context.Context, p *pod, r *taskAPI.CreateTaskRequest, oci *sp
 	if v.vm, err = vm.Create(ctx, req, p.env); err != nil {
 		return nil, err
 	}
+	v.hv = p.hv // opened by vm.Create (p.env)
 	return v, nil
 }
 
@@ -144,6 +147,11 @@ func (v *vmTask) start(ctx context.Context) (uint32, error) {
 	pid, err := v.vm.Start(ctx)
 	if err != nil {
 		return 0, err
+	}
+	// Nothing needs libvirt until the pod's delete (a stop is sent on
+	// QEMU's monitor): its helper goes now, before the guest uses its RAM.
+	if v.hv != nil {
+		v.hv.Settle()
 	}
 	v.console.attach(v.vm.ConsoleInput(), v.vm.ConsoleDone())
 	log.G(ctx).WithField("phases", v.vm.Phases().String()).Infof("VM %s started", v.vm.Spec().Name)

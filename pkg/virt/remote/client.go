@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/rpc"
@@ -45,7 +46,8 @@ type Client struct {
 	mu       sync.Mutex
 	sess     *session
 	inflight int
-	idleGen  int // which armed idle timer is current
+	idleGen  int  // which armed idle timer is current
+	settle   bool // Settle came while calls were in flight
 	watches  map[string]*watch
 	closed   bool
 	// direct counts guest agent calls made on the agent's socket while no
@@ -111,10 +113,12 @@ func (c *Client) acquire(ctx context.Context) (*session, error) {
 	}
 	c.inflight++
 	c.idleGen++ // disarms the idle timer
+	c.settle = false
 	return c.sess, nil
 }
 
-// done ends a call on s; the last one arms the idle timer.
+// done ends a call on s; the last one arms the idle timer (at once after
+// Settle).
 func (c *Client) done(s *session) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -122,9 +126,32 @@ func (c *Client) done(s *session) {
 	if c.inflight > 0 || c.sess != s || c.closed {
 		return
 	}
+	idle := c.opts.Idle
+	if c.settle {
+		idle, c.settle = 0, false
+	}
 	c.idleGen++
 	gen := c.idleGen
-	time.AfterFunc(c.opts.Idle, func() { c.release(gen) })
+	time.AfterFunc(idle, func() { c.release(gen) })
+}
+
+// Settle says no call is due soon (the caller just started a VM): the
+// helper goes as soon as the calls in flight end, not Idle later. A pod's
+// helper then never runs beside a guest that has had time to use its RAM
+// (docs/overhead.md).
+func (c *Client) Settle() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sess == nil || c.closed {
+		return
+	}
+	if c.inflight > 0 {
+		c.settle = true
+		return
+	}
+	c.idleGen++
+	gen := c.idleGen
+	go c.release(gen)
 }
 
 func (c *Client) spawn(ctx context.Context) (*session, error) {
@@ -371,6 +398,11 @@ func (c *Client) Close() error {
 	}
 	c.closed = true
 	c.idleGen++
+	for c.direct > 0 {
+		// A direct call uses its watch's monitor and pidfd: it ends first
+		// (each is bounded).
+		c.directDone.Wait()
+	}
 	c.unwatchLocked()
 	s := c.sess
 	c.sess = nil
@@ -444,12 +476,34 @@ func (c *Client) SetMemoryHardLimit(ctx context.Context, name string, bytes uint
 	return err
 }
 
+// Shutdown implements virt.Hypervisor. While no helper runs it presses
+// the power button on QEMU's monitor itself: a pod's stop starts no
+// libvirt, so none runs beside a guest that has used its RAM (the
+// overhead model, docs/overhead.md, counts on that).
 func (c *Client) Shutdown(ctx context.Context, name string) error {
+	if w := c.directWatch(name); w != nil {
+		err := w.powerdown(ctx)
+		c.endDirect()
+		if !errors.Is(err, errNoMonitor) {
+			return err
+		}
+	}
 	_, err := c.call(ctx, "Shutdown", Request{Name: name})
 	return err
 }
 
+// Destroy implements virt.Hypervisor. While no helper runs it stops QEMU
+// itself, as libvirt would (SIGTERM, then SIGKILL), through the pidfd
+// its watch holds; libvirt cleans up after the QEMU it finds gone when
+// the next helper opens it (the pod's delete).
 func (c *Client) Destroy(ctx context.Context, name string) error {
+	if w := c.directKill(name); w != nil {
+		err := w.destroy(ctx)
+		c.endDirect()
+		if !errors.Is(err, errNoMonitor) {
+			return err
+		}
+	}
 	_, err := c.call(ctx, "Destroy", Request{Name: name})
 	return err
 }
@@ -484,14 +538,37 @@ func (c *Client) AgentCommand(ctx context.Context, name, command string, timeout
 // directAgent is the agent socket of name's QEMU if no helper runs and a
 // watch follows that QEMU, counted as a call in flight; "" otherwise.
 func (c *Client) directAgent(name string) string {
+	if w := c.directWatch(name); w != nil {
+		if w.h.agent != "" {
+			return w.h.agent
+		}
+		c.endDirect()
+	}
+	return ""
+}
+
+// directWatch is the watch that follows name's QEMU if no helper runs and
+// QEMU is not going, counted as a call in flight (endDirect ends it): no
+// helper starts, and the watch stays, until it ends. nil otherwise.
+func (c *Client) directWatch(name string) *watch {
+	return c.direct1(name, (*watch).gone)
+}
+
+// directKill is directWatch for a Destroy, which also takes a QEMU that is
+// going (a guest power-off under way) but has not gone.
+func (c *Client) directKill(name string) *watch {
+	return c.direct1(name, (*watch).exited)
+}
+
+func (c *Client) direct1(name string, skip func(*watch) bool) *watch {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	w := c.watches[name]
-	if c.sess != nil || c.closed || w == nil || w.h.agent == "" || w.gone() {
-		return ""
+	if c.sess != nil || c.closed || w == nil || skip(w) {
+		return nil
 	}
 	c.direct++
-	return w.h.agent
+	return w
 }
 
 func (c *Client) endDirect() {

@@ -20,8 +20,14 @@
 // so a power-off while no one listened is not lost. Guest agent commands
 // (an exec) go to the agent's channel socket directly while no helper
 // runs, with the guest-sync-delimited handshake libvirt uses, so exec
-// probes start no libvirt. Before the next helper starts, the agent calls
-// end and the watch lets go of the monitor, for libvirt.
+// probes start no libvirt. So do a stop's calls: Shutdown presses the ACPI
+// button on the monitor (system_powerdown), Destroy sends QEMU SIGTERM,
+// then SIGKILL 10 s later, through the watch's pidfd, as libvirt does;
+// libvirt cleans up after the QEMU it finds gone when the next helper
+// opens it. Settle lets the helper go as soon as its calls end (after a
+// VM's start), so a helper never runs beside a guest that has used its
+// RAM. Before the next helper starts, the direct calls end and the watch
+// lets go of the monitor, for libvirt.
 //
 // What goes over the wire keeps its errdefs class (NotFound,
 // FailedPrecondition, ...), so callers branch on errors as with an

@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -294,5 +295,83 @@ func TestStopLogged(t *testing.T) {
 	}
 	if got := stopLogged(filepath.Join(dir, "missing.log")); got != virt.StopFailed {
 		t.Errorf("no log: %v, want failed", got)
+	}
+}
+
+// TestWatchDestroys: with no helper, a Destroy is the watch's: SIGTERM,
+// and SIGKILL for a QEMU that does not exit on it (here: stopped, so the
+// signal waits); either way EventStopped comes with reason destroyed, before
+// destroy returns. A powerdown goes to the monitor once it takes commands.
+func TestWatchDestroys(t *testing.T) {
+	defer func(d time.Duration) { destroyGrace = d }(destroyGrace)
+	destroyGrace = time.Second
+	for _, stuck := range []bool{false, true} {
+		// (No "=" in the name: it goes into the socket path, which QEMU's
+		// option syntax would split.)
+		t.Run(map[bool]string{false: "exits", true: "stuck"}[stuck], func(t *testing.T) {
+			sock, cmd := startQEMU(t)
+			var mu sync.Mutex
+			var got []virt.Event
+			w := startWatch(handoff{name: "d", monitor: sock, pid: cmd.Process.Pid}, func(evs ...virt.Event) {
+				mu.Lock()
+				got = append(got, evs...)
+				mu.Unlock()
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			// -machine none has no ACPI: the button press is taken, and
+			// nothing powers off.
+			if err := w.powerdown(ctx); err != nil {
+				t.Fatalf("powerdown = %v", err)
+			}
+			if stuck {
+				syscallKill(t, cmd.Process.Pid, int(syscall.SIGSTOP))
+			}
+			if err := w.destroy(ctx); err != nil {
+				t.Fatalf("destroy = %v", err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			var stopped []virt.Event
+			for _, ev := range got {
+				if ev.Type == virt.EventStopped {
+					stopped = append(stopped, ev)
+				}
+			}
+			if len(stopped) != 1 || stopped[0].Reason != virt.StopDestroyed {
+				t.Errorf("events after destroy: %v; want one EventStopped, reason destroyed", got)
+			}
+			if w.alive() {
+				t.Error("QEMU alive after destroy returned")
+			}
+			if err := w.powerdown(ctx); !errors.Is(err, errNoMonitor) {
+				t.Errorf("powerdown after QEMU went = %v, want errNoMonitor", err)
+			}
+		})
+	}
+}
+
+// TestSettle: after Settle the helper goes as soon as its calls end, not
+// Idle later; the next call starts another.
+func TestSettle(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var spawns, live atomic.Int32
+	c, err := Open(ctx, Options{Idle: time.Hour, Spawn: inProcess(t, &spawns, &live, nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.List(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.Settle()
+	waitFor(t, "the helper to go after Settle", func() bool { return live.Load() == 0 })
+	c.Settle() // no helper: nothing to do
+	if _, err := c.List(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, l := spawns.Load(), live.Load(); n != 2 || l != 1 {
+		t.Errorf("after a call: %d helpers started, %d live; want 2, 1", n, l)
 	}
 }

@@ -3,6 +3,7 @@ package remote
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -42,6 +43,9 @@ type watch struct {
 	deliver func(...virt.Event)
 	pidfd   int // -1 when the pid could not be opened (QEMU gone)
 	done    chan struct{}
+	ready   chan struct{} // closed once the monitor takes commands (after query-status)
+
+	wmu sync.Mutex // one command written at a time
 
 	stopping atomic.Bool
 	mu       sync.Mutex
@@ -51,7 +55,7 @@ type watch struct {
 }
 
 func startWatch(h handoff, deliver func(...virt.Event)) *watch {
-	w := &watch{h: h, deliver: deliver, pidfd: -1, done: make(chan struct{}), reason: h.reason}
+	w := &watch{h: h, deliver: deliver, pidfd: -1, done: make(chan struct{}), ready: make(chan struct{}), reason: h.reason}
 	fd, err := unix.PidfdOpen(h.pid, 0)
 	if err != nil {
 		// Gone since libvirt reported it, with no one to say why.
@@ -159,13 +163,13 @@ func (w *watch) follow(conn net.Conn) error {
 	if greeting.QMP == nil {
 		return &protocolError{fmt.Errorf("no greeting")}
 	}
-	if err := send(conn, `{"execute":"qmp_capabilities"}`); err != nil {
+	if err := w.send(conn, `{"execute":"qmp_capabilities"}`); err != nil {
 		return nil
 	}
 	if m, err := reply(); err != nil || m.Error != nil {
 		return eofIsNil(orProtocol(err, m))
 	}
-	if err := send(conn, `{"execute":"query-status"}`); err != nil {
+	if err := w.send(conn, `{"execute":"query-status"}`); err != nil {
 		return nil
 	}
 	m, err := reply()
@@ -188,6 +192,7 @@ func (w *watch) follow(conn net.Conn) error {
 	case "guest-panicked":
 		w.event(conn, qmpMessage{Event: "GUEST_PANICKED"})
 	}
+	close(w.ready)
 	for {
 		m, err := next()
 		if err != nil {
@@ -215,11 +220,74 @@ func orProtocol(err error, m qmpMessage) error {
 	return &protocolError{fmt.Errorf("refused: %s", m.Error)}
 }
 
-func send(conn net.Conn, cmd string) error {
+// send writes one command; replies are read, and ignored, by follow.
+func (w *watch) send(conn net.Conn, cmd string) error {
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
 	_ = conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
 	_, err := conn.Write([]byte(cmd + "\n"))
 	return err
 }
+
+// errNoMonitor: the watch cannot send QEMU a command (QEMU went, or its
+// monitor did); the caller asks libvirt.
+var errNoMonitor = errors.New("no QEMU monitor to send to")
+
+// powerdown presses the guest's ACPI power button on QEMU's monitor, as
+// libvirt's virDomainShutdown does; the watch then follows the guest's
+// power-off like any other.
+func (w *watch) powerdown(ctx context.Context) error {
+	select {
+	case <-w.ready:
+	case <-w.done:
+		return errNoMonitor
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	w.mu.Lock()
+	conn := w.conn
+	w.mu.Unlock()
+	if conn == nil || w.stopping.Load() {
+		return errNoMonitor
+	}
+	if err := w.send(conn, `{"execute":"system_powerdown"}`); err != nil {
+		return fmt.Errorf("%w: %v", errNoMonitor, err)
+	}
+	return nil
+}
+
+// destroy stops QEMU as libvirt's virDomainDestroy does: SIGTERM, and
+// SIGKILL if QEMU has not exited 10 s later; it returns once EventStopped
+// is delivered, with reason StopDestroyed unless QEMU was already going
+// for another (a guest power-off in progress).
+func (w *watch) destroy(ctx context.Context) error {
+	if w.pidfd < 0 {
+		return errNoMonitor
+	}
+	w.going(virt.StopDestroyed)
+	if err := unix.PidfdSendSignal(w.pidfd, unix.SIGTERM, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("signal QEMU %d: %w", w.h.pid, err)
+	}
+	select {
+	case <-w.done:
+		return nil
+	case <-time.After(destroyGrace):
+		w.logger().Warnf("QEMU did not exit %v after SIGTERM; killing it", destroyGrace)
+		w.kill()
+	case <-ctx.Done():
+		w.kill()
+	}
+	select {
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// destroyGrace is how long destroy waits for QEMU to exit on SIGTERM
+// (libvirt's virProcessKillPainfully waits 10 s too).
+var destroyGrace = 10 * time.Second
 
 // event turns one QMP event into libvirt's lifecycle events. QEMU runs
 // with -no-shutdown, so after a power-off or a panic it waits, paused:
@@ -237,14 +305,14 @@ func (w *watch) event(conn net.Conn, m qmpMessage) {
 		}
 		ev.Type, ev.Reason = virt.EventShutdown, reason
 		w.deliver(ev)
-		_ = send(conn, `{"execute":"quit"}`)
+		_ = w.send(conn, `{"execute":"quit"}`)
 	case "GUEST_PANICKED":
 		if !w.going(virt.StopCrashed) {
 			return
 		}
 		ev.Type, ev.Reason = virt.EventCrashed, virt.StopCrashed
 		w.deliver(ev)
-		_ = send(conn, `{"execute":"quit"}`)
+		_ = w.send(conn, `{"execute":"quit"}`)
 	case "STOP":
 		ev.Type = virt.EventSuspended
 		w.deliver(ev)
@@ -270,6 +338,13 @@ func (w *watch) gone() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.reported || w.reason != virt.StopNone
+}
+
+// exited reports whether QEMU's end was reported (EventStopped delivered).
+func (w *watch) exited() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.reported
 }
 
 // report delivers EventStopped once: with why QEMU went if the monitor
