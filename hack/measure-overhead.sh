@@ -8,7 +8,7 @@
 # guest RAM and 1 and 2 vCPUs, with a virtio NIC on a tap, makes the guest
 # touch all of its RAM (kernel parameter init_on_free=1: the guest kernel
 # zeroes every free page at boot, no change to the guest's /init needed),
-# and samples QEMU's memory; the shim's part is -shim-mib (default 14 MiB,
+# and samples QEMU's memory; the shim's part is -shim-mib (default 8 MiB,
 # BenchmarkShimFootprint's shim PSS per pod).
 #
 # Usage: hack/measure-overhead.sh [hack/overhead flags, e.g. -sizes 256,1024 -vcpus 1 -json out.json]

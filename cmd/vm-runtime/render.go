@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/vmpod/vmpod/pkg/host"
 	"github.com/vmpod/vmpod/pkg/node"
@@ -23,7 +24,10 @@ func renderCmd(args []string) int {
 	domCaps := fs.String("domain-capabilities", "", "libvirt domain capabilities XML of the target node (virsh domcapabilities)")
 	kvmCache := fs.String("kvm-cache", node.DefaultKVMCache, "this node's KVM probe verdict (probed and written when missing or stale)")
 	opts := render.DefaultOptions
-	fs.StringVar(&opts.RuntimeClass, "runtime-class", opts.RuntimeClass, "RuntimeClass name of VM pods")
+	fs.Func("runtime-class", "RuntimeClass names of VM pods, comma-separated (default "+strings.Join(opts.RuntimeClasses, ",")+")", func(v string) error {
+		opts.RuntimeClasses = strings.Split(v, ",")
+		return nil
+	})
 	fs.BoolVar(&opts.ImageKernel, "image-kernel", opts.ImageKernel, "assume the image ships /boot/vmlinux and /boot/initrd.img")
 	fs.BoolVar(&opts.ImageDisk, "image-disk", opts.ImageDisk, "assume the image ships /disk/disk.qcow2")
 	if err := fs.Parse(args); err != nil {

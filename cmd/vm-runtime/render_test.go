@@ -89,7 +89,7 @@ func TestRenderErrors(t *testing.T) {
 		want string
 	}{
 		{"bad annotation", []string{"-f", "testdata/bad-firmware.yaml"}, 2, `vmpod.io/firmware: "efi" is not one of bios, uefi`},
-		{"not a VM pod", []string{"-f", "testdata/not-a-vm.yaml"}, 2, `spec.runtimeClassName: "" is not vmpod`},
+		{"not a VM pod", []string{"-f", "testdata/not-a-vm.yaml"}, 2, `spec.runtimeClassName: "" is not one of vmpod, vmpod-small`},
 		{"typo in the manifest", []string{"-f", "testdata/typo.yaml"}, 2, `unknown field "resoures"`},
 		{"kvm pod on a tcg node", append([]string{"-f", "../../examples/test-guest.yaml"}, nodeFlags(t, hostcaps.TCG)...), 0, ""},
 		{"missing file", []string{"-f", "testdata/nope.yaml"}, 1, "no such file"},

@@ -72,7 +72,7 @@ func main() {
 	flag.DurationVar(&c.deadline, "deadline", 0, "start no new VM after this long (0: no limit); the runs left are reported as skipped")
 	flag.IntVar(&c.samples, "samples", 3, "memory samples per VM, 1 s apart, after ready (the max is kept)")
 	flag.StringVar(&c.jsonOut, "json", "", "also write the results here")
-	flag.Float64Var(&shimMiB, "shim-mib", 14, "the shim's memory per pod, MiB, added to QEMU's: BenchmarkShimFootprint's shim PSS per pod (test/containerd, 7.7) and most of a running libvirt helper's private memory (14), for the seconds one runs")
+	flag.Float64Var(&shimMiB, "shim-mib", 8, "the shim's memory per pod, MiB, added to QEMU's: BenchmarkShimFootprint's shim PSS per pod (test/containerd, 7.7); the libvirt helper never runs beside a guest that used its RAM (docs/overhead.md)")
 	flag.StringVar(&c.cmdline, "cmdline", "quiet init_on_free=1", "guest kernel command line (vmpod.io/kernel-cmdline)")
 	flag.Parse()
 	var err error
@@ -128,8 +128,8 @@ func (r result) Worst() uint64 { return r.qemuWorst() + shimBytes() }
 // (cmd/containerd-shim-vmpod-v2) since this process stopped being a fair
 // stand-in for it: this process carries the whole of hack/overhead and
 // grows with every VM it runs (41-57 MiB RSS), the shim runs one VM and
-// weighs 7.7 MiB PSS per pod without libvirt, plus a libvirt helper of 14
-// MiB private for the seconds one runs (BenchmarkShimFootprint).
+// weighs 7.7 MiB PSS per pod without libvirt (BenchmarkShimFootprint); its
+// libvirt helper runs only while no guest has used its RAM.
 var shimMiB float64
 
 func shimBytes() uint64 { return uint64(shimMiB * (1 << 20)) }

@@ -56,7 +56,7 @@ error = model - worst (positive: the model has headroom).`)
 	fmt.Fprintf(w, "Stand-in (this process, not counted): %.1f MiB idle with libvirt open, %.1f MiB with the first VM, %.1f MiB at most; the shim counted: %.1f MiB (-shim-mib)\n",
 		mib(shimIdle), mib(firstShim), mib(shim), shimMiB)
 	c := fit.constants(shimBytes())
-	fmt.Fprintf(w, "Suggested: fixed = (intercept + max residual + shim) + %d%%, rounded up to 4 MiB; slopes rounded up to whole MiB:\n", marginPercent)
+	fmt.Fprintf(w, "Suggested: fixed = intercept + max residual + shim, per GiB = fit + %d MiB (TCG's page bookkeeping), each rounded up to whole MiB:\n", tcgPageDescMiBPerGiB)
 	fmt.Fprintf(w, "\tOverheadTCG = Overhead{FixedBytes: %d << 20, PerGuestGiBBytes: %d << 20, PerVCPUBytes: %d << 20}\n",
 		c.FixedBytes>>20, c.PerGuestGiBBytes>>20, c.PerVCPUBytes>>20)
 	worstErr := math.Inf(1)
@@ -66,9 +66,11 @@ error = model - worst (positive: the model has headroom).`)
 	fmt.Fprintf(w, "Smallest headroom of the suggested model over these runs: %.1f MiB\n", worstErr)
 }
 
-// marginPercent is added to the fixed part on top of the worst residual:
-// guests and QEMU builds differ from the test guest and this QEMU.
-const marginPercent = 10
+// tcgPageDescMiBPerGiB is what a booting guest does not show: TCG keeps a
+// 16-byte PageDesc for every guest page of each 4 MiB region that ever
+// held translated code (QEMU's accel/tcg), 4 MiB per GiB once code has
+// run from all of guest RAM. It is added to the per-GiB slope.
+const tcgPageDescMiBPerGiB = 4
 
 type fitResult struct {
 	fixed, perGiB, perVCPU, maxResidual float64 // MiB
@@ -107,12 +109,11 @@ func fitModel(rs []result) (fitResult, bool) {
 // constants turns a fit and the shim's size into model constants that are
 // above every run.
 func (f fitResult) constants(shim uint64) vmspec.Overhead {
-	perGiB := math.Ceil(max(f.perGiB, 0))
+	perGiB := math.Ceil(max(f.perGiB, 0) + tcgPageDescMiBPerGiB)
 	perVCPU := math.Ceil(max(f.perVCPU, 0))
-	// Rounding the slopes up only adds headroom; re-anchor the intercept
-	// on the unrounded fit plus its worst residual, then add the margin.
-	fixed := (f.fixed + f.maxResidual + mib(shim)) * (1 + marginPercent/100.0)
-	fixed = math.Ceil(fixed/4) * 4
+	// Rounding the slopes up only adds headroom; anchor the intercept on
+	// the unrounded fit plus its worst residual.
+	fixed := math.Ceil(f.fixed + f.maxResidual + mib(shim))
 	return vmspec.Overhead{
 		FixedBytes:       uint64(fixed) << 20,
 		PerGuestGiBBytes: uint64(perGiB) << 20,

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/containerd/errdefs"
 	corev1 "k8s.io/api/core/v1"
@@ -19,8 +21,8 @@ import (
 
 // Options say what render assumes about the node and the image.
 type Options struct {
-	// RuntimeClass is the RuntimeClass name that makes a pod a VM pod.
-	RuntimeClass string
+	// RuntimeClasses are the RuntimeClass names that make a pod a VM pod.
+	RuntimeClasses []string
 	// StateRoot is where the runtime keeps pods' state dirs.
 	StateRoot string
 	// SandboxID names the pod's state dir (the runtime uses the pod
@@ -32,7 +34,7 @@ type Options struct {
 }
 
 // DefaultOptions match the runtime's defaults and the test guest's image.
-var DefaultOptions = Options{RuntimeClass: "vmpod", StateRoot: "/var/lib/vmpod", ImageKernel: true, ImageDisk: true,
+var DefaultOptions = Options{RuntimeClasses: vmspec.RuntimeClassNames(), StateRoot: "/var/lib/vmpod", ImageKernel: true, ImageDisk: true,
 	SandboxID: "0123456789abcdef", ContainerID: "fedcba9876543210"}
 
 // bundleRoot is where containerd (1.7 and 2.x, namespace k8s.io) makes a
@@ -62,13 +64,13 @@ func DecodePod(r io.Reader) (*corev1.Pod, error) {
 
 // Pod returns the domain XML pod becomes on a node like h.
 func Pod(pod *corev1.Pod, h host.Host, opts Options) (string, error) {
-	if rc := pod.Spec.RuntimeClassName; rc == nil || *rc != opts.RuntimeClass {
+	if rc := pod.Spec.RuntimeClassName; rc == nil || !slices.Contains(opts.RuntimeClasses, *rc) {
 		got := ""
 		if rc != nil {
 			got = *rc
 		}
-		return "", fmt.Errorf("spec.runtimeClassName: %q is not %s, so this pod is not a VM: %w",
-			got, opts.RuntimeClass, errdefs.ErrInvalidArgument)
+		return "", fmt.Errorf("spec.runtimeClassName: %q is not one of %s, so this pod is not a VM: %w",
+			got, strings.Join(opts.RuntimeClasses, ", "), errdefs.ErrInvalidArgument)
 	}
 	s, err := vmspec.FromPod(pod)
 	if err != nil {

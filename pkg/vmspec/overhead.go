@@ -10,7 +10,7 @@ import (
 
 // Overhead is what a VM costs a node beyond its guest RAM: the QEMU process
 // (device emulation, TCG's translation cache, page tables, per-vCPU thread
-// stacks) and the pod's vmpod shim with its embedded libvirt. The model is
+// stacks) and the pod's vmpod shim. The model is
 // linear in guest RAM and vCPUs, per accelerator; hack/measure-overhead.sh
 // measures real QEMU processes and prints the table its constants come from
 // (see docs/overhead.md).
@@ -34,25 +34,35 @@ type Overhead struct {
 // 128 MiB to 2 GiB, 1 and 2 vCPUs, tb-cache 32 MiB, guest RAM fully
 // touched): QEMU holds 56-61 MiB beyond guest RAM (32 MiB of it the
 // translation buffer, already full after boot); least squares 56.2 MiB +
-// 2.34 MiB per GiB + 0.28 MiB per vCPU, worst residual 1.4 MiB. The shim's
-// part is the real shim's: 13.8 MiB PSS per pod with 10 pods
-// (BenchmarkShimFootprint), 12.0 with 20 (BenchmarkDensity), taken as
-// 14 MiB. (Until 2026-12-03 it was the measuring process's own 57.3 MiB,
-// a stand-in from before the shim was a binary of its own.)
-// FixedBytes = (56.2 + 1.4 + 14) MiB + 10%, rounded up to 4 MiB; the
-// slopes rounded up to whole MiB. Per GiB it is QEMU's page tables for
-// guest RAM: 2 MiB per GiB with or without transparent huge pages (the
-// kernel deposits a page table page per huge page). BenchmarkDensity
-// checks it against 20 VM pods on one node: 62 MiB per pod beyond the
-// guest RAM QEMU has resident (docs/overhead.md).
+// 2.34 MiB per GiB + 0.28 MiB per vCPU, worst residual 1.4 MiB.
+//
+//   - Fixed: 56.2 + 1.4 (the residual) + 8 for the shim (7.7 MiB PSS per
+//     pod with 10 pods, BenchmarkShimFootprint, 2026-12-03) = 65.6,
+//     rounded up: 66 MiB. The libvirt helper is not in it: it runs only
+//     while no guest has used its RAM (a VM's create and start, then
+//     Settle; its delete, QEMU gone), never beside a running guest, whose
+//     stop goes to QEMU's monitor (pkg/virt/remote).
+//   - Per GiB: QEMU's page tables for guest RAM, 2.34 measured (2 MiB per
+//     GiB with or without transparent huge pages: the kernel deposits a
+//     page table page per huge page), plus TCG's per-page bookkeeping,
+//     which a booting guest does not show: a 16-byte PageDesc for every
+//     guest page in each 4 MiB region that ever held translated code, 4
+//     MiB per GiB once code has run from all of guest RAM. 6.34 rounded
+//     up: 7 MiB.
+//   - Per vCPU: 0.28 measured (thread, arena, stack, soft TLB after the
+//     guest swept all of its RAM), rounded up: 1 MiB.
+//
+// BenchmarkDensity checks it against 20 VM pods on one node, before and
+// after each guest wrote to its RAM (docs/overhead.md).
 //
 // KVM cannot be measured on these machines (no /dev/kvm), so its model is
-// derived from TCG's: no translation buffer (-32 MiB fixed), and per GiB
-// KVM's EPT/NPT tables on top of the host's page tables, which the memory
-// cgroup also charges (+2 MiB per GiB). Re-measure on a KVM node.
+// derived from TCG's: no translation buffer (-32 MiB fixed) and no TCG
+// bookkeeping (-4 MiB per GiB), and per GiB KVM's EPT/NPT tables on top of
+// the host's page tables, which the memory cgroup also charges (+2 MiB per
+// GiB). Re-measure on a KVM node.
 var (
-	OverheadTCG = Overhead{FixedBytes: 80 << 20, PerGuestGiBBytes: 3 << 20, PerVCPUBytes: 1 << 20}
-	OverheadKVM = Overhead{FixedBytes: 48 << 20, PerGuestGiBBytes: 5 << 20, PerVCPUBytes: 1 << 20}
+	OverheadTCG = Overhead{FixedBytes: 66 << 20, PerGuestGiBBytes: 7 << 20, PerVCPUBytes: 1 << 20}
+	OverheadKVM = Overhead{FixedBytes: 34 << 20, PerGuestGiBBytes: 5 << 20, PerVCPUBytes: 1 << 20}
 )
 
 // OverheadFor returns the overhead model of an accelerator: kvm true for KVM.
@@ -98,26 +108,52 @@ func mulSat(a, b uint64) uint64 {
 // The kubelet limits a pod's memory cgroup to its containers' limits plus
 // the RuntimeClass's overhead.podFixed, and the container's limit is the
 // guest RAM, so podFixed must hold the VM's whole overhead: a VM whose
-// overhead is more does not start (CheckPodLimit). The RuntimeClass vmpod
-// ships covers every VM up to this size under either accelerator; larger
-// VMs take a RuntimeClass whose podFixed is PodFixedFor their size.
-const (
-	PodFixedMaxGuestBytes = 8 << 30
-	PodFixedMaxVCPUs      = 8
-)
-
-// RecommendedPodFixedBytes is the overhead.podFixed memory of the vmpod
-// RuntimeClass: PodFixedFor(PodFixedMaxGuestBytes, PodFixedMaxVCPUs).
-func RecommendedPodFixedBytes() uint64 {
-	return PodFixedFor(PodFixedMaxGuestBytes, PodFixedMaxVCPUs)
+// overhead is more does not start (CheckPodLimit). A single podFixed
+// cannot follow the VM's size, so each RuntimeClass vmpod ships covers
+// the VMs up to a size, its envelope, and reserves their largest
+// overhead; a cluster with larger VMs adds a RuntimeClass whose podFixed is
+// PodFixedFor their size.
+type Envelope struct {
+	// RuntimeClass is the name of the RuntimeClass (manifests/).
+	RuntimeClass string
+	// MaxGuestBytes and MaxVCPUs are the largest VM it covers.
+	MaxGuestBytes uint64
+	MaxVCPUs      int
 }
 
-// PodFixedFor is the smallest overhead.podFixed memory, in whole 16 MiB,
+// PodFixedBytes is the envelope's overhead.podFixed memory.
+func (e Envelope) PodFixedBytes() uint64 { return PodFixedFor(e.MaxGuestBytes, e.MaxVCPUs) }
+
+// The RuntimeClasses vmpod ships (manifests/runtimeclass.yaml,
+// manifests/runtimeclass-small.yaml), one handler, vmpod. The small one
+// reserves what a small VM costs, not what an 8 GiB one does: 20 small VM
+// pods on a node then use what they reserve, within 10% (docs/overhead.md).
+var (
+	EnvelopeDefault = Envelope{RuntimeClass: "vmpod", MaxGuestBytes: 8 << 30, MaxVCPUs: 8}
+	EnvelopeSmall   = Envelope{RuntimeClass: "vmpod-small", MaxGuestBytes: 512 << 20, MaxVCPUs: 2}
+	Envelopes       = []Envelope{EnvelopeDefault, EnvelopeSmall}
+)
+
+// RuntimeClassNames are the names of the RuntimeClasses vmpod ships, one
+// per envelope.
+func RuntimeClassNames() []string {
+	names := make([]string, 0, len(Envelopes))
+	for _, e := range Envelopes {
+		names = append(names, e.RuntimeClass)
+	}
+	return names
+}
+
+// RecommendedPodFixedBytes is the overhead.podFixed memory of the vmpod
+// RuntimeClass: EnvelopeDefault's.
+func RecommendedPodFixedBytes() uint64 { return EnvelopeDefault.PodFixedBytes() }
+
+// PodFixedFor is the smallest overhead.podFixed memory, in whole 4 MiB,
 // that holds the overhead of every VM up to that much guest RAM and that
 // many vCPUs, under TCG or KVM.
 func PodFixedFor(maxGuestMemoryBytes uint64, maxVCPUs int) uint64 {
 	b := max(OverheadTCG.Bytes(maxGuestMemoryBytes, maxVCPUs), OverheadKVM.Bytes(maxGuestMemoryBytes, maxVCPUs))
-	return (b + (16<<20 - 1)) &^ (16<<20 - 1)
+	return addSat(b, 4<<20-1) &^ (4<<20 - 1)
 }
 
 // CheckPodLimit refuses a VM that its pod's memory limit (the pod cgroup's:

@@ -200,29 +200,34 @@ func TestEveryFileIsApplied(t *testing.T) {
 // the handler containerd is configured with, the overhead model's podFixed,
 // and the label the labeller writes.
 func TestRuntimeClass(t *testing.T) {
-	o := find(build(t, filepath.Join(repo.Root(t), "manifests")), "RuntimeClass", "vmpod")
-	if o == nil {
-		t.Fatal("no RuntimeClass vmpod")
-	}
-	var rc nodev1.RuntimeClass
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &rc); err != nil {
-		t.Fatal(err)
-	}
-	if rc.Handler != "vmpod" {
-		t.Errorf("handler %q, want vmpod (the containerd runtime name)", rc.Handler)
-	}
-	// docs/overhead.md: the envelope of the overhead model over the VM
-	// sizes the RuntimeClass covers.
-	want := resource.NewQuantity(int64(vmspec.RecommendedPodFixedBytes()), resource.BinarySI)
-	if rc.Overhead == nil {
-		t.Fatal("no overhead")
-	}
-	if got := rc.Overhead.PodFixed.Memory(); got.Cmp(*want) != 0 {
-		t.Errorf("overhead.podFixed.memory %s, want %s (vmspec.RecommendedPodFixedBytes)", got, want)
-	}
-	wantSel := map[string]string{vmspec.LabelRuntime: "true"}
-	if rc.Scheduling == nil || !equalMaps(rc.Scheduling.NodeSelector, wantSel) {
-		t.Errorf("scheduling %+v, want nodeSelector %v", rc.Scheduling, wantSel)
+	objs := build(t, filepath.Join(repo.Root(t), "manifests"))
+	for _, e := range vmspec.Envelopes {
+		o := find(objs, "RuntimeClass", e.RuntimeClass)
+		if o == nil {
+			t.Errorf("no RuntimeClass %s", e.RuntimeClass)
+			continue
+		}
+		var rc nodev1.RuntimeClass
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &rc); err != nil {
+			t.Fatal(err)
+		}
+		if rc.Handler != "vmpod" {
+			t.Errorf("%s: handler %q, want vmpod (the containerd runtime name)", e.RuntimeClass, rc.Handler)
+		}
+		// docs/overhead.md: the envelope of the overhead model over the VM
+		// sizes the RuntimeClass covers.
+		want := resource.NewQuantity(int64(e.PodFixedBytes()), resource.BinarySI)
+		if rc.Overhead == nil {
+			t.Errorf("%s: no overhead", e.RuntimeClass)
+			continue
+		}
+		if got := rc.Overhead.PodFixed.Memory(); got.Cmp(*want) != 0 {
+			t.Errorf("%s: overhead.podFixed.memory %s, want %s (vmspec.Envelopes)", e.RuntimeClass, got, want)
+		}
+		wantSel := map[string]string{vmspec.LabelRuntime: "true"}
+		if rc.Scheduling == nil || !equalMaps(rc.Scheduling.NodeSelector, wantSel) {
+			t.Errorf("%s: scheduling %+v, want nodeSelector %v", e.RuntimeClass, rc.Scheduling, wantSel)
+		}
 	}
 }
 

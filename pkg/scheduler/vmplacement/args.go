@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
+
+	"github.com/vmpod/vmpod/pkg/vmspec"
 )
 
 // VMPlacementArgs are the plugin's arguments: the args of its entry in a
@@ -26,7 +28,8 @@ import (
 type VMPlacementArgs struct {
 	// RuntimeClassNames are the RuntimeClasses whose pods are VM pods.
 	// Pods of any other RuntimeClass (or none) are left to the other
-	// plugins. Default ["vmpod"].
+	// plugins. Default: the RuntimeClasses vmpod ships, ["vmpod",
+	// "vmpod-small"] (vmspec.Envelopes).
 	RuntimeClassNames []string `json:"runtimeClassNames,omitempty"`
 	// Strategy is how Score ranks nodes by memory: "spread" prefers the
 	// node with the most memory free after placing the VM, "pack" the
@@ -50,7 +53,6 @@ const (
 
 // Defaults of VMPlacementArgs.
 const (
-	DefaultRuntimeClassName    = "vmpod"
 	DefaultStrategy            = StrategySpread
 	DefaultImageLocalityWeight = 1
 	DefaultStrategyWeight      = 1
@@ -63,7 +65,7 @@ const (
 // pluginConfig) and, for a fixed set, the accepted values.
 func ValidateAndDefault(args *VMPlacementArgs) error {
 	if len(args.RuntimeClassNames) == 0 {
-		args.RuntimeClassNames = []string{DefaultRuntimeClassName}
+		args.RuntimeClassNames = vmspec.RuntimeClassNames()
 	}
 	if args.Strategy == "" {
 		args.Strategy = DefaultStrategy

@@ -24,7 +24,7 @@ func TestValidateAndDefault(t *testing.T) {
 		{
 			name: "empty gets every default",
 			want: vmplacement.VMPlacementArgs{
-				RuntimeClassNames: []string{"vmpod"}, Strategy: vmplacement.StrategySpread,
+				RuntimeClassNames: []string{"vmpod", "vmpod-small"}, Strategy: vmplacement.StrategySpread,
 				ImageLocalityWeight: w(1), StrategyWeight: w(1),
 			},
 		},
