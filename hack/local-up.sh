@@ -323,10 +323,12 @@ if ((CRI_NODE)); then
 	log "starting vm-runtime cri on the VM-only node $VM_NAME"
 	sed -e "s|@STATE@|$VM_STATE|g" -e "s|@POD_CIDR@|$VM_POD_CIDR|g" hack/local/cni.conflist >"$VM_STATE/cni/net.d/10-vmpod-local.conflist"
 	# As manifests/systemd/vm-runtime-cri.service runs it, with this node's
-	# paths and its own QEMU uids.
+	# paths and its own QEMU uids; the cgroupfs driver, as the local
+	# kubelets use (hack/local/kubelet.yaml), whatever the machine's init.
 	start_in holder-vm cri env TMPDIR="$RUN/tmp" "$STATE/bin/vm-runtime" cri --listen "unix://$VM_RUN/cri.sock" \
 		--state-root "$VM_STATE/cri" --netns-dir "$VM_RUN/netns" --cni-conf-dir "$VM_STATE/cni/net.d" --cni-bin-dir /usr/lib/cni \
-		--capabilities-cache "$CAPS_CACHE" --qemu-uids "$VM_QEMU_UIDS" --default-cgroup-parent "$VM_CGROUP_ROOT/vmpod"
+		--capabilities-cache "$CAPS_CACHE" --qemu-uids "$VM_QEMU_UIDS" --default-cgroup-parent "$VM_CGROUP_ROOT/vmpod" \
+		--cgroup-driver cgroupfs
 	start_in holder-vm registry env TMPDIR="$RUN/tmp" "$BIN/vmpod-local-registry" -listen 127.0.0.1:80 \
 		-archive "$guest_dir/containerdisk.oci.tar" -image "${IMAGE#localhost/}"
 	printf 'runtime-endpoint: unix://%s\nimage-endpoint: unix://%s\n' "$VM_RUN/cri.sock" "$VM_RUN/cri.sock" >"$VM_STATE/crictl.yaml"

@@ -51,6 +51,7 @@ func criFlags(args []string) (cri.Config, string, int) {
 	diskCap := fs.String("disk-cap", "20Gi", "the most a VM's disk overlay may grow to")
 	streamAddr := fs.String("stream-address", cri.DefaultStreamAddr, "host:port of the exec/attach/port-forward streaming server the kubelet connects to (port 0: chosen at start)")
 	cgroupParent := fs.String("default-cgroup-parent", cri.DefaultCgroupParent, "cgroupfs parent of the pods whose sandbox names no cgroup_parent (each gets <parent>/pod<sandbox id>)")
+	cgroupDriver := fs.String("cgroup-driver", "", "the node's cgroup driver, cgroupfs or systemd, which the kubelet takes from the runtime (default: systemd where systemd is the init system, else cgroupfs)")
 	if err := fs.Parse(args); err != nil {
 		return cri.Config{}, "", 2
 	}
@@ -61,6 +62,14 @@ func criFlags(args []string) (cri.Config, string, int) {
 	cfg := cri.Config{StateRoot: *stateRoot, NetnsDir: *netnsDir, CNIConfDir: *cniConf,
 		CNIBinDirs: strings.Split(*cniBin, ","), CapsCache: *capsCache, KVMCache: *kvmCache,
 		StreamAddr: *streamAddr, DefaultCgroupParent: *cgroupParent}
+	if *cgroupDriver != "" {
+		d, err := cri.ParseCgroupDriver(*cgroupDriver)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "cri: --cgroup-driver:", err)
+			return cri.Config{}, "", 2
+		}
+		cfg.CgroupDriver = d
+	}
 	if *uids != "" {
 		r, err := jail.ParseRange(*uids)
 		if err != nil {

@@ -41,3 +41,16 @@ func TestCRIUnitFlags(t *testing.T) {
 		t.Errorf("the unit's flags are not the defaults (-want +got):\n%s", diff)
 	}
 }
+
+// TestCRIFlagsCgroupDriver: --cgroup-driver takes cgroupfs or systemd;
+// anything else is a bad command line (exit 2).
+func TestCRIFlagsCgroupDriver(t *testing.T) {
+	for _, d := range []string{"cgroupfs", "systemd"} {
+		if cfg, _, code := criFlags([]string{"--cgroup-driver", d}); code != 0 || cfg.CgroupDriver != d {
+			t.Errorf("--cgroup-driver %s: driver %q, exit %d", d, cfg.CgroupDriver, code)
+		}
+	}
+	if _, _, code := criFlags([]string{"--cgroup-driver", "sytemd"}); code != 2 {
+		t.Errorf("--cgroup-driver sytemd: exit %d, want 2", code)
+	}
+}

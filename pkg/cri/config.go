@@ -1,7 +1,11 @@
 package cri
 
 import (
+	"fmt"
+	"os"
 	"path/filepath"
+
+	"github.com/containerd/errdefs"
 
 	"github.com/vmpod/vmpod/pkg/jail"
 	"github.com/vmpod/vmpod/pkg/node"
@@ -36,6 +40,35 @@ type Config struct {
 	// sandbox names no cgroup_parent (critest, crictl without one): each
 	// such pod gets <DefaultCgroupParent>/pod<sandbox id>.
 	DefaultCgroupParent string
+	// CgroupDriver is the node's cgroup driver, CgroupfsDriver or
+	// SystemdDriver, which RuntimeConfig tells the kubelet (it then forms
+	// the pods' cgroup_parent in that driver's form); "" detects it:
+	// systemd where systemd is the init system, cgroupfs elsewhere.
+	CgroupDriver string
+}
+
+// The cgroup drivers (Config.CgroupDriver).
+const (
+	CgroupfsDriver = "cgroupfs"
+	SystemdDriver  = "systemd"
+)
+
+// ParseCgroupDriver checks a cgroup driver's name.
+func ParseCgroupDriver(s string) (string, error) {
+	switch s {
+	case CgroupfsDriver, SystemdDriver:
+		return s, nil
+	}
+	return "", fmt.Errorf("cgroup driver %q: want %s or %s: %w", s, CgroupfsDriver, SystemdDriver, errdefs.ErrInvalidArgument)
+}
+
+// detectCgroupDriver is systemd where systemd is the init system (what
+// sd_booted checks: /run/systemd/system exists), cgroupfs elsewhere.
+func detectCgroupDriver() string {
+	if fi, err := os.Stat("/run/systemd/system"); err == nil && fi.IsDir() {
+		return SystemdDriver
+	}
+	return CgroupfsDriver
 }
 
 // DefaultDiskCap is the default Config.DiskCap: 20 GiB, as the shim's.
@@ -83,6 +116,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.DefaultCgroupParent == "" {
 		c.DefaultCgroupParent = DefaultCgroupParent
+	}
+	if c.CgroupDriver == "" {
+		c.CgroupDriver = detectCgroupDriver()
 	}
 	return c
 }

@@ -36,7 +36,10 @@
 // go test -v ./test/cri, with the test guest built by make guest):
 //   - Version, Status (NetworkReady when the CNI conf dir has a config);
 //     every RPC not listed here answers Unimplemented (checkpointing,
-//     events, metrics descriptors, runtime config).
+//     events, metrics descriptors).
+//   - RuntimeConfig: the node's cgroup driver (--cgroup-driver; default
+//     systemd where systemd is the init system, else cgroupfs), which the
+//     kubelet takes over its own setting (from 1.38 it needs it).
 //   - Images: PullImage through go-containerregistry with the request's
 //     auth; stored by config digest under <state root>/images (record
 //     <algo>/<hex>.json, files <algo>/<hex>/rootfs), unpacked once through
@@ -152,8 +155,6 @@
 //     dedup, no pull progress; RemoveImage's in-use check races with a
 //     CreateContainer of the same image.
 //   - critest in make test.
-//   - RuntimeConfig (the cgroup driver) answers Unimplemented: the kubelet
-//     uses its own cgroupDriver setting.
 //
 // Under a kubelet (hack/local-up.sh's second node, VM-only: no containerd;
 // test/e2e's TestCRINode): a VM pod placed there by the scheduler runs, its

@@ -32,3 +32,14 @@ func (s *Server) Status(ctx context.Context, r *runtimeapi.StatusRequest) (*runt
 		netReady,
 	}}}, nil
 }
+
+// RuntimeConfig tells the kubelet the node's cgroup driver (Config.CgroupDriver);
+// a kubelet from 1.38 on needs the answer, earlier ones use it over their
+// own cgroupDriver setting.
+func (s *Server) RuntimeConfig(ctx context.Context, r *runtimeapi.RuntimeConfigRequest) (*runtimeapi.RuntimeConfigResponse, error) {
+	d := runtimeapi.CgroupDriver_CGROUPFS
+	if s.cfg.CgroupDriver == SystemdDriver {
+		d = runtimeapi.CgroupDriver_SYSTEMD
+	}
+	return &runtimeapi.RuntimeConfigResponse{Linux: &runtimeapi.LinuxRuntimeConfiguration{CgroupDriver: d}}, nil
+}

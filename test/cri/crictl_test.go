@@ -59,6 +59,15 @@ func TestCrictlVMPod(t *testing.T) {
 	n.start()
 
 	n.must("version")
+	// The kubelet takes the node's cgroup driver from the runtime:
+	// systemd where systemd is the init system, cgroupfs elsewhere.
+	driver := "CGROUPFS"
+	if fi, err := os.Stat("/run/systemd/system"); err == nil && fi.IsDir() {
+		driver = "SYSTEMD"
+	}
+	if out := n.must("runtime-config"); !strings.Contains(out, driver) {
+		t.Errorf("crictl runtime-config = %q, want the %s driver", out, driver)
+	}
 	n.must("pull", ref)
 	if out := n.must("images", "-o", "json"); !strings.Contains(out, ref) {
 		t.Fatalf("crictl images does not list %s:\n%s", ref, out)
