@@ -148,9 +148,19 @@
 //     shows each QEMU only its own domain's master key file, which the
 //     jailer finds on QEMU's command line below jail.Spec.SecretDir and
 //     binds alone; the dir itself is never in the jail.)
-//   - libvirt threads started from the thread in a pod's netns (during
-//     Create/Start) stay in that netns; check which libvirt starts there
-//     and whether a netns then outlives its pod.
+//   - A network namespace outlives its pod (checked: TestCrictlVMPod's
+//     assertThreadsInNodeNetns): libvirt starts each domain's event thread
+//     ("vm-<name>") from the thread that starts the domain, which is in
+//     the pod's namespace (libvirt opens the tap there), and that thread
+//     starts libvirt's single "qemu-event" worker with the first event it
+//     hands over (a monitor EOF at the first VM's stop). The worker stays
+//     in that first pod's namespace until the server restarts: one empty
+//     namespace (lo) pinned, and the event handlers (domain cleanup, which
+//     touches no network with managed='no' taps) run there. The fix: no
+//     libvirt call in a pod's namespace: the tap made in the node's
+//     namespace, opened there by libvirt and moved into the pod's before
+//     the guest runs, and QEMU entering the pod's namespace in its jailer
+//     (jail.Spec) before it execs.
 //   - Images: pulls are serialized (one unpack at a time), no per-layer
 //     dedup, no pull progress; RemoveImage's in-use check races with a
 //     CreateContainer of the same image.

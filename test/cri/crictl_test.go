@@ -123,8 +123,51 @@ func TestCrictlVMPod(t *testing.T) {
 	if out := n.must("images", "-q"); strings.TrimSpace(out) != "" {
 		t.Errorf("images left after rmi:\n%s", out)
 	}
+	n.assertThreadsInNodeNetns()
 	n.stop()
 	n.assertNothingLeft()
+}
+
+// assertThreadsInNodeNetns: every thread of the server is in the node's
+// network namespace once the pod is gone, but one: libvirt's "qemu-event"
+// worker. A thread left in a pod's namespace keeps that namespace alive,
+// and whatever it runs later runs there. libvirt starts a domain's event
+// thread from the thread that starts the domain, which is in the pod's
+// namespace (its tap is opened there), and that thread starts libvirt's
+// one qemu-event worker on the first event it hands over: the worker
+// stays in the first such pod's namespace until the server restarts, a
+// known leak of one namespace (pkg/cri/doc.go). Any other thread, or a
+// second worker, fails the test.
+func (n *node) assertThreadsInNodeNetns() {
+	t := n.t
+	pid := n.server.Process.Pid
+	want, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	knownLeak := false
+	for _, task := range tasks {
+		ns, err := os.Readlink(fmt.Sprintf("/proc/%d/task/%s/ns/net", pid, task.Name()))
+		if err != nil {
+			continue // the thread exited
+		}
+		if ns == want {
+			continue
+		}
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/comm", pid, task.Name()))
+		comm := strings.TrimSpace(string(b))
+		if comm == "qemu-event" && !knownLeak {
+			knownLeak = true
+			t.Logf("libvirt's qemu-event worker (thread %s) is in %s, a pod's namespace (known leak, pkg/cri/doc.go)", task.Name(), ns)
+			continue
+		}
+		t.Errorf("thread %s (%s) of vm-runtime cri is in %s after its pod went, not the node's %s",
+			task.Name(), comm, ns, want)
+	}
 }
 
 // configs are the pod and container configs of the test guest pod, as
