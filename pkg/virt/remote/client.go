@@ -481,8 +481,11 @@ func (c *Client) SetMemoryHardLimit(ctx context.Context, name string, bytes uint
 // libvirt, so none runs beside a guest that has used its RAM (the
 // overhead model, docs/overhead.md, counts on that).
 func (c *Client) Shutdown(ctx context.Context, name string) error {
-	if w := c.directWatch(name); w != nil {
-		err := w.powerdown(ctx)
+	if w := c.directKill(name); w != nil {
+		var err error
+		if !w.gone() { // else QEMU is going already (a power-off under way)
+			err = w.powerdown(ctx)
+		}
 		c.endDirect()
 		if !errors.Is(err, errNoMonitor) {
 			return err
