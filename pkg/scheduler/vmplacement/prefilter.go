@@ -52,7 +52,10 @@ type needs struct {
 	// fit is PreFilter's verdict on each capsClass it knew, by id; nil in
 	// needs built elsewhere (fitsClass).
 	fit []classFit
-	// filterSkipped: PreFilter skipped Filter, Reserve checks (skip.go).
+	// filterSkipped: Filter adds nothing to NodeResourcesFit for the pod
+	// on the nodes it is called for, so PreFilter skipped it, or named
+	// the nodes by class and Filter passes each at once; Reserve checks
+	// (skip.go).
 	filterSkipped bool
 }
 
@@ -169,7 +172,12 @@ func (pl *VMPlacement) PreFilter(_ context.Context, cs fwk.CycleState, pod *v1.P
 		return nil, nil
 	}
 	if selector, ok := classSelector(pod); ok && pl.members.ready(len(nodes)) {
-		return pl.candidatesByClass(n, selector, len(nodes)), nil
+		res := pl.candidatesByClass(n, selector, len(nodes))
+		// The named nodes are those of the classes that can run the VM:
+		// Filter adds nothing on them when it would add nothing on a
+		// cluster of those classes alone (skip.go).
+		n.filterSkipped = res != nil && pl.filterAddsNothing(cs, n, len(nodes))
+		return res, nil
 	}
 	return pl.candidates(pod, n, nodes), nil
 }
