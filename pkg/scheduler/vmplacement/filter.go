@@ -50,6 +50,12 @@ func (pl *VMPlacement) Filter(_ context.Context, cs fwk.CycleState, pod *v1.Pod,
 	if nodeInfo.Node() == nil {
 		return fwk.NewStatus(fwk.Error, "node not found")
 	}
+	if n.filterSkipped {
+		// PreFilter named the nodes of the classes that can run the VM,
+		// and NodeResourcesFit checks memory as this Filter would
+		// (skip.go); Reserve checks the chosen node.
+		return nil
+	}
 	s := pl.nodeState(nodeInfo)
 	kvm, reason := n.fitsClass(s.class)
 	if reason != "" {

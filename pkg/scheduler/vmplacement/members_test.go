@@ -37,14 +37,16 @@ const eventWait = 30 * time.Second
 // names nodes from the snapshot.
 func TestPreFilterFollowsNodeEvents(t *testing.T) {
 	// The VM needs KVM, so TCG-only nodes cannot run it and PreFilter
-	// names the others; tcg-z stays TCG-only throughout.
+	// names the others; tcg-y and tcg-z stay TCG-only throughout, so that
+	// those are never more than half of the nodes (worthNaming).
 	pod := defaulted(vmspectest.MakePod("p").UID("uid-p").Memory("1Gi").Annotation(vmspec.AnnotationAccel, "kvm").Obj())
 	kvmA := makeNode("kvm-a").KVM().Obj()
 	tcgB := makeNode("tcg-b").Obj()
+	tcgY := makeNode("tcg-y").Obj()
 	tcgZ := makeNode("tcg-z").Obj()
-	client := fake.NewClientset(kvmA, tcgB, tcgZ)
+	client := fake.NewClientset(kvmA, tcgB, tcgY, tcgZ)
 	factory := informers.NewSharedInformerFactory(client, 0)
-	lister := &swapLister{cache.NewSnapshot(nil, []*v1.Node{kvmA, tcgB, tcgZ})}
+	lister := &swapLister{cache.NewSnapshot(nil, []*v1.Node{kvmA, tcgB, tcgY, tcgZ})}
 	f := newTestFrameworkWith(t, "", nil, nil,
 		frameworkruntime.WithInformerFactory(factory), frameworkruntime.WithSnapshotSharedLister(lister))
 	ctx, cancel := context.WithCancel(f.ctx)
@@ -107,9 +109,9 @@ func TestPreFilterFollowsNodeEvents(t *testing.T) {
 	if _, err := client.CoreV1().Nodes().Create(f.ctx, kvmC, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	lister.SharedLister = cache.NewSnapshot(nil, []*v1.Node{kvmA, tcgB, tcgZ})
+	lister.SharedLister = cache.NewSnapshot(nil, []*v1.Node{kvmA, tcgB, tcgY, tcgZ})
 	names(t, []string{"kvm-a"})
-	lister.SharedLister = cache.NewSnapshot(nil, []*v1.Node{kvmA, tcgB, tcgZ, kvmC})
+	lister.SharedLister = cache.NewSnapshot(nil, []*v1.Node{kvmA, tcgB, tcgY, tcgZ, kvmC})
 	names(t, []string{"kvm-a", "kvm-c"})
 
 	// kvm-a deleted. With kvm-c the only node left that can run the VM,
@@ -117,10 +119,20 @@ func TestPreFilterFollowsNodeEvents(t *testing.T) {
 	if err := client.CoreV1().Nodes().Delete(f.ctx, "kvm-a", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	lister.SharedLister = cache.NewSnapshot(nil, []*v1.Node{tcgB, tcgZ, kvmC})
+	lister.SharedLister = cache.NewSnapshot(nil, []*v1.Node{tcgB, tcgY, tcgZ, kvmC})
 	names(t, []string{"kvm-c"})
 	update(t, tcgBKVM)
-	lister.SharedLister = cache.NewSnapshot(nil, []*v1.Node{tcgBKVM, tcgZ, kvmC})
+	lister.SharedLister = cache.NewSnapshot(nil, []*v1.Node{tcgBKVM, tcgY, tcgZ, kvmC})
+	names(t, []string{"kvm-c", "tcg-b"})
+
+	// tcg-y made a KVM node too: three of the four nodes can run the VM,
+	// more than half, so PreFilter names none (worthNaming); then back.
+	tcgYKVM := makeNode("tcg-y").KVM().Obj()
+	update(t, tcgYKVM)
+	lister.SharedLister = cache.NewSnapshot(nil, []*v1.Node{tcgBKVM, tcgYKVM, tcgZ, kvmC})
+	names(t, nil)
+	update(t, tcgY)
+	lister.SharedLister = cache.NewSnapshot(nil, []*v1.Node{tcgBKVM, tcgY, tcgZ, kvmC})
 	names(t, []string{"kvm-c", "tcg-b"})
 
 	// When no node of those has the memory for the VM, PreFilter names
@@ -128,6 +140,6 @@ func TestPreFilterFollowsNodeEvents(t *testing.T) {
 	full := makeNode("kvm-c").KVM().Memory("512Mi").Obj()
 	update(t, full)
 	update(t, makeNode("tcg-b").Obj())
-	lister.SharedLister = cache.NewSnapshot(nil, []*v1.Node{tcgB, tcgZ, full})
+	lister.SharedLister = cache.NewSnapshot(nil, []*v1.Node{tcgB, tcgY, tcgZ, full})
 	names(t, nil)
 }

@@ -52,7 +52,10 @@ type needs struct {
 	// fit is PreFilter's verdict on each capsClass it knew, by id; nil in
 	// needs built elsewhere (fitsClass).
 	fit []classFit
-	// filterSkipped: PreFilter skipped Filter, Reserve checks (skip.go).
+	// filterSkipped: Filter adds nothing to NodeResourcesFit for the pod
+	// on the nodes it is called for, so PreFilter skipped it, or named
+	// the nodes by class and Filter passes each at once; Reserve checks
+	// (skip.go).
 	filterSkipped bool
 }
 
@@ -135,7 +138,8 @@ func countedMemory(pi fwk.PodInfo) int64 {
 // PreFilter reads the VM the pod asks for. It skips pods that are not VM
 // pods, so that Filter is not called for them. For a VM pod it checks the
 // VM against each capsClass once, and when some class that has nodes
-// cannot run it, names the nodes that can (candidates). When every class
+// cannot run it, names the nodes that can (candidates) if they are at
+// most half of the nodes (worthNaming). When every class
 // can and Filter would add nothing to NodeResourcesFit, it skips Filter
 // for the VM pod too (skip.go).
 func (pl *VMPlacement) PreFilter(_ context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
@@ -168,9 +172,32 @@ func (pl *VMPlacement) PreFilter(_ context.Context, cs fwk.CycleState, pod *v1.P
 		return nil, nil
 	}
 	if selector, ok := classSelector(pod); ok && pl.members.ready(len(nodes)) {
-		return pl.candidatesByClass(n, selector), nil
+		res := pl.candidatesByClass(n, selector, len(nodes))
+		// The named nodes are those of the classes that can run the VM:
+		// Filter adds nothing on them when it would add nothing on a
+		// cluster of those classes alone (skip.go).
+		n.filterSkipped = res != nil && pl.filterAddsNothing(cs, n, len(nodes))
+		return res, nil
 	}
 	return pl.candidates(pod, n, nodes), nil
+}
+
+// worthNaming reports whether PreFilter should name named nodes of all.
+// The framework copies the names PreFilter returns and looks each one up
+// in its snapshot, and the scheduler stops filtering once it has found
+// percentageOfNodesToScore of the nodes it was given as feasible (by
+// default 50% less 1% per 125 nodes, at least 5% and 100 nodes): the
+// fewer nodes it is given, the larger the share it looks for. When the
+// names are most of the nodes, they spare few Filter calls on nodes that
+// cannot run the VM, and cost a look-up of every name; at 5,000 nodes,
+// naming 4,500 has the scheduler filter and score 630 of them, against
+// 500 of the 5,000 without names, which it finds in about 560 Filter
+// calls. A quarter of the nodes (a CPU model) is worth naming: it spares
+// 1,500 Filter calls at 5,000 nodes and at 1,000 all 750 that would fail.
+// Unnamed nodes that cannot run the VM get Filter's reason in the event
+// rather than "didn't satisfy plugin(s) [VMPlacement]".
+func worthNaming(named, all int) bool {
+	return 2*named <= all
 }
 
 // classSelector returns the pod's nodeSelector when a node's class
@@ -194,9 +221,10 @@ func classSelector(pod *v1.Pod) (map[string]string, bool) {
 // decided by class (classSelector), from the members' names of the
 // classes that can run the VM and that the selector allows: no pass over
 // the nodes. As candidates, it returns nil when none of those nodes has
-// the memory for the VM; it looks at them in the snapshot only until it
-// finds one that has.
-func (pl *VMPlacement) candidatesByClass(n *needs, selector map[string]string) *fwk.PreFilterResult {
+// the memory for the VM, or when they are more than half of all nodes
+// (worthNaming); it looks at them in the snapshot only until it finds one
+// that has.
+func (pl *VMPlacement) candidatesByClass(n *needs, selector map[string]string, all int) *fwk.PreFilterResult {
 	var fitting []*capsClass
 classes:
 	for _, c := range pl.classes.list() {
@@ -210,17 +238,18 @@ classes:
 		}
 		fitting = append(fitting, c)
 	}
+	var size int64
+	for _, c := range fitting {
+		size += c.nodes.Load()
+	}
+	if len(fitting) == 0 || !worthNaming(int(size), all) {
+		return nil
+	}
 	var names sets.Set[string]
 	switch len(fitting) {
-	case 0:
-		return nil
 	case 1:
 		names = pl.members.names(fitting[0])
 	default:
-		var size int64
-		for _, c := range fitting {
-			size += c.nodes.Load()
-		}
 		names = make(sets.Set[string], size)
 		for _, c := range fitting {
 			for name := range pl.members.names(c) {
@@ -266,7 +295,8 @@ func (pl *VMPlacement) learn(nodes []fwk.NodeInfo) {
 // "didn't satisfy plugin(s) [VMPlacement]" instead of Filter's reason, so
 // candidates returns nil (every node) when none of them has the memory for
 // the VM: the pod then fits nowhere by VMPlacement, and Filter on every
-// node gives its event the reasons (docs/scheduler.md). candidates is a
+// node gives its event the reasons (docs/scheduler.md); and nil when they
+// are more than half of the nodes (worthNaming). candidates is a
 // pass over the nodes, for pods with node affinity beyond labeller labels
 // and while the members are not ready; candidatesByClass does without one.
 func (pl *VMPlacement) candidates(pod *v1.Pod, n *needs, nodes []fwk.NodeInfo) *fwk.PreFilterResult {
@@ -309,7 +339,7 @@ func (pl *VMPlacement) candidates(pod *v1.Pod, n *needs, nodes []fwk.NodeInfo) *
 		names.Insert(node.Name)
 		roomy = roomy || n.fitsMemory(ni, pl.nodeState(ni), kvm)
 	}
-	if !roomy {
+	if !roomy || !worthNaming(len(names), len(nodes)) {
 		return nil
 	}
 	return &fwk.PreFilterResult{NodeNames: names}

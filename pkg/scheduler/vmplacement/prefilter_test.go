@@ -8,14 +8,16 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
+	"github.com/vmpod/vmpod/pkg/scheduler/vmplacement"
 	"github.com/vmpod/vmpod/pkg/vmspec"
 	"github.com/vmpod/vmpod/pkg/vmspec/vmspectest"
 )
 
 // TestPreFilterNodes checks which nodes PreFilter names: none (every node)
-// when every kind of node can run the VM, or when no node that can has
-// memory for it; else those whose labels can run it and that the pod's
-// node selector allows.
+// when every kind of node can run the VM, when no node that can has
+// memory for it, or when those that can are more than half of the nodes;
+// else those whose labels can run it and that the pod's node selector
+// allows.
 func TestPreFilterNodes(t *testing.T) {
 	nodes := []*v1.Node{
 		makeNode("kvm-a").KVM().Label("pool", "a").Obj(),
@@ -23,6 +25,8 @@ func TestPreFilterNodes(t *testing.T) {
 		makeNode("tcg").Obj(),
 		makeNode("small").KVM().Memory("512Mi").Obj(),
 		makeNode("no-vmpod").Label(vmspec.LabelRuntime, "false").Obj(),
+		makeNode("no-vmpod-2").Label(vmspec.LabelRuntime, "false").Obj(),
+		makeNode("no-vmpod-3").Label(vmspec.LabelRuntime, "false").Obj(),
 	}
 	vm := func(name string) *vmspectest.PodWrapper {
 		return vmspectest.MakePod(name).UID("uid-" + name).Memory("1Gi")
@@ -37,12 +41,11 @@ func TestPreFilterNodes(t *testing.T) {
 		want []string // nil: every node
 	}{
 		{
-			name: "runs anywhere vmpod runs",
+			name: "runs anywhere vmpod runs, on 4 of the 7 nodes: too many to name, Filter says why not the others",
 			pod:  defaulted(vm("p").Obj()),
-			want: []string{"kvm-a", "kvm-b", "small", "tcg"},
 		},
 		{
-			name: "needs KVM",
+			name: "needs KVM, on 3 of the 7 nodes",
 			pod:  defaulted(vm("p").Annotation(vmspec.AnnotationAccel, "kvm").Obj()),
 			want: []string{"kvm-a", "kvm-b", "small"},
 		},
@@ -81,5 +84,25 @@ func TestPreFilterNodes(t *testing.T) {
 				t.Errorf("PreFilter's nodes (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestPreFilterSkipsOtherPods: for a pod that is not a VM pod PreFilter
+// returns Skip, not a node list, so that the framework calls no Filter of
+// the plugin for it and looks up no names.
+func TestPreFilterSkipsOtherPods(t *testing.T) {
+	nodes := []*v1.Node{
+		makeNode("kvm").KVM().Obj(),
+		makeNode("no-vmpod").Label(vmspec.LabelRuntime, "false").Obj(),
+		makeNode("no-vmpod-2").Label(vmspec.LabelRuntime, "false").Obj(),
+	}
+	f := newTestFramework(t, "", nodes, nil)
+	state := framework.NewCycleState()
+	res, st, _ := f.RunPreFilterPlugins(f.ctx, state, plainPod("p", "1Gi"))
+	if !st.IsSuccess() || !res.AllNodes() {
+		t.Errorf("PreFilter: got %v and %v, want success and every node", res, st)
+	}
+	if !state.GetSkipFilterPlugins().Has(vmplacement.Name) {
+		t.Error("Filter not skipped for a pod that is not a VM pod")
 	}
 }

@@ -13,9 +13,14 @@ import (
 // bigger image is not worth proportionally more.
 const imageSizeCap int64 = 1 << 30
 
-// PreScore skips pods that are not VM pods, so Score is not called for
-// them, and fills in PreFilter's state when PreFilter did not run.
-func (pl *VMPlacement) PreScore(_ context.Context, cs fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) *fwk.Status {
+// PreScore skips Score for a pod whose scores would be equal on every
+// node, so that the framework neither calls Score and NormalizeScore on
+// each node nor weighs their results: for pods that are not VM pods, and
+// for a VM pod that every node it is given scores alike (sameScore). An
+// equal score on every node adds the same to each node's total, so it
+// cannot change which node the scheduler chooses. PreScore also fills in
+// PreFilter's state when PreFilter did not run.
+func (pl *VMPlacement) PreScore(_ context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
 	n, st := pl.stateOrNeeds(cs, pod)
 	if !st.IsSuccess() {
 		return fwk.AsStatus(st.AsError())
@@ -24,7 +29,32 @@ func (pl *VMPlacement) PreScore(_ context.Context, cs fwk.CycleState, pod *v1.Po
 		return fwk.NewStatus(fwk.Skip)
 	}
 	cs.Write(preFilterStateKey, n)
+	if pl.sameScore(n, nodes) {
+		return fwk.NewStatus(fwk.Skip)
+	}
 	return nil
+}
+
+// sameScore reports whether score gives each of the nodes the same score.
+// It stops at the first node whose score differs from the first node's,
+// which is the second node in a cluster where some nodes hold the VM's
+// image and some do not; so it costs a pass of score's own work only
+// when it saves the framework's pass over the nodes, as in a cluster of
+// like nodes none of which holds the image, or all.
+func (pl *VMPlacement) sameScore(n *needs, nodes []fwk.NodeInfo) bool {
+	var first int64
+	for i, ni := range nodes {
+		if ni.Node() == nil {
+			return false // Score reports it
+		}
+		s := pl.score(n, ni)
+		if i == 0 {
+			first = s
+		} else if s != first {
+			return false
+		}
+	}
+	return true
 }
 
 // Score is the weighted sum of the image-locality and the strategy score
@@ -41,6 +71,11 @@ func (pl *VMPlacement) Score(_ context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	if nodeInfo.Node() == nil {
 		return 0, fwk.NewStatus(fwk.Error, "node not found")
 	}
+	return pl.score(n, nodeInfo), nil
+}
+
+// score is Score for a VM pod with these needs on a node.
+func (pl *VMPlacement) score(n *needs, nodeInfo fwk.NodeInfo) int64 {
 	var score int64
 	if w := *pl.args.ImageLocalityWeight; w > 0 {
 		score += w * imageScore(n.Image, nodeInfo)
@@ -48,7 +83,7 @@ func (pl *VMPlacement) Score(_ context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	if w := *pl.args.StrategyWeight; w > 0 {
 		score += w * pl.strategyScore(n, nodeInfo)
 	}
-	return score, nil
+	return score
 }
 
 // imageScore is MaxNodeScore when the node holds the image and it is at

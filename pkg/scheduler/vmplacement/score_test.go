@@ -8,7 +8,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
 
+	"github.com/vmpod/vmpod/pkg/scheduler/vmplacement"
 	"github.com/vmpod/vmpod/pkg/vmspec/vmspectest"
 )
 
@@ -121,4 +123,117 @@ func ranking(scores map[string]int64) []string {
 		out = append(out, n)
 	}
 	return out
+}
+
+// TestScoreSkipped checks when PreScore skips Score: for a pod that is
+// not a VM pod, and for a VM pod whose score is the same on every node it
+// is given, which adds the same to every node's total and so cannot
+// change the scheduler's choice. It compares each decision with the raw
+// scores Score gives when PreScore has not run.
+func TestScoreSkipped(t *testing.T) {
+	vm := defaulted(vmspectest.MakePod("p").UID("uid-p").Memory("1Gi").Obj())
+	busy := plainPod("busy", "4Gi")
+	busy.Spec.NodeName = "b"
+	tests := []struct {
+		name  string
+		args  string
+		nodes []*v1.Node
+		pods  []*v1.Pod
+		pod   *v1.Pod
+		want  bool // skipped
+	}{
+		{
+			name:  "not a VM pod",
+			nodes: []*v1.Node{makeNode("a").Image(vmspectest.Image, gi).Obj(), makeNode("b").Obj()},
+			pod:   plainPod("p", "1Gi"),
+			want:  true,
+		},
+		{
+			name:  "like nodes, none holding the image",
+			nodes: []*v1.Node{makeNode("a").Obj(), makeNode("b").Obj(), makeNode("c").Obj()},
+			pod:   vm,
+			want:  true,
+		},
+		{
+			name: "like nodes, all holding the image",
+			nodes: []*v1.Node{
+				makeNode("a").Image(vmspectest.Image, gi).Obj(),
+				makeNode("b").Image(vmspectest.Image, gi).Obj(),
+			},
+			pod:  vm,
+			want: true,
+		},
+		{
+			name:  "one node holds the image",
+			nodes: []*v1.Node{makeNode("a").Obj(), makeNode("b").Obj(), makeNode("c").Image(vmspectest.Image, gi).Obj()},
+			pod:   vm,
+		},
+		{
+			name:  "one node is busier",
+			nodes: []*v1.Node{makeNode("a").Obj(), makeNode("b").Obj(), makeNode("c").Obj()},
+			pods:  []*v1.Pod{busy},
+			pod:   vm,
+		},
+		{
+			name:  "one node is busier, but only image locality counts",
+			args:  `{"strategyWeight": 0}`,
+			nodes: []*v1.Node{makeNode("a").Obj(), makeNode("b").Obj(), makeNode("c").Obj()},
+			pods:  []*v1.Pod{busy},
+			pod:   vm,
+			want:  true,
+		},
+		{
+			name:  "one node holds the image, but only the strategy counts",
+			args:  `{"imageLocalityWeight": 0}`,
+			nodes: []*v1.Node{makeNode("a").Obj(), makeNode("b").Obj(), makeNode("c").Image(vmspectest.Image, gi).Obj()},
+			pod:   vm,
+			want:  true,
+		},
+		{
+			name:  "packing, nodes of different sizes",
+			args:  `{"imageLocalityWeight": 0, "strategy": "pack"}`,
+			nodes: []*v1.Node{makeNode("a").Obj(), makeNode("b").Memory("8Gi").Obj()},
+			pod:   vm,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newTestFramework(t, tc.args, tc.nodes, tc.pods)
+			nodes, err := f.snapshot.NodeInfos().List()
+			if err != nil {
+				t.Fatal(err)
+			}
+			state := framework.NewCycleState()
+			if _, st, _ := f.RunPreFilterPlugins(f.ctx, state, tc.pod); !st.IsSuccess() && !st.IsSkip() {
+				t.Fatalf("PreFilter: %v", st)
+			}
+			if st := f.RunPreScorePlugins(f.ctx, state, tc.pod, nodes); !st.IsSuccess() {
+				t.Fatalf("PreScore: %v", st)
+			}
+			if got := state.GetSkipScorePlugins().Has(vmplacement.Name); got != tc.want {
+				t.Errorf("Score skipped: got %v, want %v", got, tc.want)
+			}
+
+			// Score without PreScore: its raw scores are equal on every
+			// node exactly when PreScore skipped it (a pod that is not a
+			// VM pod scores 0 everywhere).
+			state = framework.NewCycleState()
+			if _, st, _ := f.RunPreFilterPlugins(f.ctx, state, tc.pod); !st.IsSuccess() && !st.IsSkip() {
+				t.Fatalf("PreFilter: %v", st)
+			}
+			list, st := f.RunScorePlugins(f.ctx, state, tc.pod, nodes)
+			if !st.IsSuccess() {
+				t.Fatalf("Score: %v", st)
+			}
+			raw := map[string]int64{}
+			for _, s := range list {
+				for _, r := range s.RawScores {
+					raw[s.Name] = r.Score
+				}
+			}
+			if equal := len(slices.Compact(slices.Sorted(maps.Values(raw)))) == 1; equal != tc.want {
+				t.Errorf("raw scores %v: all equal is %v, want %v", raw, equal, tc.want)
+			}
+		})
+	}
 }

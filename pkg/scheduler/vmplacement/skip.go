@@ -33,6 +33,15 @@ import (
 // overhead covers its VMs (the shipped one does up to 8 GiB), for most VM
 // pods.
 //
+// When some class cannot run the VM and PreFilter names the nodes of the
+// classes that can, from the node informer's classes (candidatesByClass),
+// the other two conditions make Filter add nothing on the named nodes.
+// The framework ignores the node names of a PreFilter that returns Skip,
+// so Filter is called on them, and passes each at once without looking
+// at the node; nor does Score look up the nodes' states. A node the
+// informer has in another class than the snapshot does is what Reserve
+// catches, as below.
+//
 // The informers' events and the scheduler's snapshot are taken in
 // separate goroutines, so the first and third conditions may be a moment
 // behind the snapshot. Reserve therefore checks the node the scheduler
@@ -121,8 +130,8 @@ func (pl *VMPlacement) mayTakeExtra(pod *v1.Pod) bool {
 }
 
 // filterAddsNothing reports whether Filter would add nothing to
-// NodeResourcesFit for a VM pod with these needs that every class of node
-// can run (above).
+// NodeResourcesFit for a VM pod with these needs on nodes of classes that
+// can run it (above).
 func (pl *VMPlacement) filterAddsNothing(cs fwk.CycleState, n *needs, snapshotNodes int) bool {
 	return pl.reserveSeen.Load() && !pl.filterAlways.Load() &&
 		!cs.IsPodGroupSchedulingCycle() && // the snapshot then holds the pods placed so far, this one at Reserve too

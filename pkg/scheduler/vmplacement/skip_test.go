@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
@@ -16,6 +17,7 @@ import (
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 
 	"github.com/vmpod/vmpod/pkg/scheduler/vmplacement"
+	"github.com/vmpod/vmpod/pkg/vmspec"
 	"github.com/vmpod/vmpod/pkg/vmspec/vmspectest"
 )
 
@@ -114,5 +116,75 @@ func TestFilterSkipped(t *testing.T) {
 	}
 	if diff := cmp.Diff(f.scores(t, covered), skippedScores); diff != "" {
 		t.Errorf("scores with Filter skipped (-with Filter +skipped):\n%s", diff)
+	}
+}
+
+// TestFilterPassesNamedNodes: for a VM pod that some class of node cannot
+// run, PreFilter names the nodes of the classes that can, and once Filter
+// would add nothing to NodeResourcesFit (as in TestFilterSkipped), Filter
+// passes the named nodes without looking at them; Reserve refuses a node
+// Filter would have refused, and from then on Filter runs.
+func TestFilterPassesNamedNodes(t *testing.T) {
+	nodes := []*v1.Node{
+		makeNode("roomy").KVM().Obj(),
+		makeNode("small").KVM().Memory("1Gi").Obj(),
+		makeNode("tcg-a").Obj(),
+		makeNode("tcg-b").Obj(),
+	}
+	client := fake.NewClientset(nodes[0], nodes[1], nodes[2], nodes[3])
+	factory := informers.NewSharedInformerFactory(client, 0)
+	f := newTestFrameworkWith(t, "", nodes, nil, frameworkruntime.WithInformerFactory(factory))
+	ctx, cancel := context.WithCancel(f.ctx)
+	t.Cleanup(func() { cancel(); factory.Shutdown() })
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+
+	// The VM needs KVM, which the TCG nodes lack; its count (1Gi and 1Gi
+	// of RuntimeClass overhead) covers its footprint, and small's 1Gi
+	// cannot hold it.
+	pod := withOverhead(defaulted(vmspectest.MakePod("p").UID("uid-p").Memory("1Gi").
+		Annotation(vmspec.AnnotationAccel, "kvm").Obj()), "1Gi")
+	// filterSmall runs PreFilter, checks the nodes it names, and returns
+	// Filter's result on small in the same cycle.
+	filterSmall := func(t *testing.T) (fwk.CycleState, result) {
+		t.Helper()
+		state := framework.NewCycleState()
+		res, st, _ := f.RunPreFilterPlugins(f.ctx, state, pod)
+		if !st.IsSuccess() {
+			t.Fatalf("PreFilter: %v", st)
+		}
+		if res.AllNodes() || !res.NodeNames.Equal(sets.New("roomy", "small")) {
+			t.Fatalf("PreFilter named %v, want roomy and small", res)
+		}
+		return state, resultOf(f.RunFilterPlugins(f.ctx, state, pod, f.nodeInfo(t, "small")))
+	}
+	refused := result{Code: fwk.Unschedulable.String(), Reasons: []string{vmplacement.ErrReasonMemory}}
+
+	if err := wait.PollUntilContextTimeout(f.ctx, 10*time.Millisecond, eventWait, true, func(context.Context) (bool, error) {
+		res, _, _ := f.RunPreFilterPlugins(f.ctx, framework.NewCycleState(), pod)
+		return !res.AllNodes(), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, got := filterSmall(t); !cmp.Equal(refused, got) {
+		t.Fatalf("Filter on small before any Reserve call: got %v, want %v", got, refused)
+	}
+	if st := f.RunReservePluginsReserve(f.ctx, framework.NewCycleState(), plainPod("plain", "1Gi"), "roomy"); !st.IsSuccess() {
+		t.Fatalf("Reserve of a plain pod: %v", st)
+	}
+	var state fwk.CycleState
+	if err := wait.PollUntilContextTimeout(f.ctx, 10*time.Millisecond, eventWait, true, func(context.Context) (bool, error) {
+		var got result
+		state, got = filterSmall(t)
+		return cmp.Equal(success, got), nil
+	}); err != nil {
+		t.Fatal("Filter does not pass the named nodes once Reserve has been seen")
+	}
+
+	if st := f.RunReservePluginsReserve(f.ctx, state, pod, "small"); st.Code() != fwk.Error {
+		t.Fatalf("Reserve on small: got %v, want an error", st)
+	}
+	if _, got := filterSmall(t); !cmp.Equal(refused, got) {
+		t.Errorf("Filter on small after Reserve refused it: got %v, want %v", got, refused)
 	}
 }

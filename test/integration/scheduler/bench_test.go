@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -158,12 +159,18 @@ func benchProfiles(b *testing.B, cp *controlplane.ControlPlane, nodes int) []ben
 		bound := watchBindings(b, cp.Client, scheduler)
 		algorithmBefore := histogramSum(b, "scheduler_scheduling_algorithm_duration_seconds", nil)
 		yaml := strings.Replace(p.yaml, p.scheduler, scheduler, 1)
+		// The scheduler's goroutines carry the profile and node count as
+		// pprof labels, so that a -cpuprofile splits by them
+		// (go tool pprof -tagfocus profile=default).
 		var stop func()
-		if p.timed {
-			stop = startSchedulerWith(b, cp, yaml, newTimedVMPlacement(&pt))
-		} else {
-			stop = startScheduler(b, cp, yaml)
-		}
+		labels := pprof.Labels("profile", p.name, "nodes", fmt.Sprint(nodes))
+		pprof.Do(b.Context(), labels, func(context.Context) {
+			if p.timed {
+				stop = startSchedulerWith(b, cp, yaml, newTimedVMPlacement(&pt))
+			} else {
+				stop = startScheduler(b, cp, yaml)
+			}
+		})
 		first, last, cpu := bound.waitAll(b, benchPods)
 		stop()
 		r := rows[p.name]
