@@ -2,6 +2,7 @@ package vmspec_test
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -87,6 +88,9 @@ func frontDoorPod(k1, v1, k2, v2, cpu, mem, vols string) (*corev1.Pod, bool) {
 			delete(limits, r)
 			continue
 		}
+		if hugeExponent(s) {
+			return nil, false
+		}
 		q, err := resource.ParseQuantity(s)
 		if err != nil {
 			return nil, false
@@ -95,6 +99,13 @@ func frontDoorPod(k1, v1, k2, v2, cpu, mem, vols string) (*corev1.Pod, bool) {
 	}
 	if !apiLimitsOK(limits) {
 		return nil, false
+	}
+	// The apiserver stores a quantity in its canonical form, which is what
+	// the kubelet and the scheduler read: "0000e2200000000" is "0" (whose
+	// exponent the kubelet's arithmetic, criSpec here, would otherwise
+	// raise 10 to; the fuzzer's worker hung on it).
+	for r, q := range limits {
+		limits[r] = resource.MustParse(q.String())
 	}
 
 	c := &p.Spec.Containers[0]
@@ -161,4 +172,17 @@ func frontDoorPod(k1, v1, k2, v2, cpu, mem, vols string) (*corev1.Pod, bool) {
 		}
 	}
 	return p.Obj(), true
+}
+
+// hugeExponent reports a quantity whose exponent ("1e2200000000") is far
+// beyond any the kubelet can hold: apimachinery's ParseQuantity rounds such
+// a value by computing 10 to that power, which takes minutes (the fuzzer's
+// worker hung on one), and no pod limit the kubelet acts on has one.
+func hugeExponent(s string) bool {
+	i := strings.IndexAny(s, "eE")
+	if i < 0 {
+		return false
+	}
+	exp, err := strconv.ParseInt(s[i+1:], 10, 64)
+	return err == nil && (exp > 100 || exp < -100)
 }
