@@ -48,7 +48,7 @@ func (s *Server) teardownSandbox(ctx context.Context, sb *sandbox) error {
 		return nil
 	}
 	md := &runtimeapi.PodSandboxMetadata{Name: rec.Name, Namespace: rec.Namespace, Uid: rec.UID, Attempt: rec.Attempt}
-	if err := s.net.tearDown(ctx, rec.ID, rec.Netns, md); err != nil {
+	if err := s.net.tearDown(ctx, rec.ID, rec.Netns, md, rec.PortMappings); err != nil {
 		return err
 	}
 	if err := removeNetns(rec.Netns); err != nil {
