@@ -105,6 +105,9 @@ func TestCritest(t *testing.T) {
 	n.start()
 	sock := n.serveMemoryProxy()
 
+	// The images without a tag: critest pulls its images as
+	// <prefix>/<path>, tag dropped (serveCritestImages), and looks them up
+	// by the names this file gives.
 	images := n.writeFile("critest-images.yaml", fmt.Sprintf(
 		"defaultTestContainerImage: %s/e2e-test-images/busybox\nwebServerTestImage: %s/e2e-test-images/nginx\n", prefix, prefix))
 	report := filepath.Join(n.dir, "critest-report.json")
@@ -112,8 +115,7 @@ func TestCritest(t *testing.T) {
 		"-runtime-endpoint", "unix://" + sock, "-image-endpoint", "unix://" + sock,
 		"-config", filepath.Join(n.dir, "crictl.yaml"),
 		"-registry-prefix", prefix, "-test-images-file", images,
-		"-ginkgo.no-color", "-ginkgo.json-report", report, "-ginkgo.timeout", "25m",
-		"-ginkgo.v", "-ginkgo.show-node-events=false",
+		"-ginkgo.no-color", "-ginkgo.json-report", report, "-ginkgo.v", "-ginkgo.show-node-events=false",
 	}
 	// By hand: VMPOD_CRITEST_FOCUS=regexp runs those specs alone;
 	// VMPOD_CRITEST_SKIPPED=1 runs the skipped ones instead, to review
@@ -132,7 +134,15 @@ func TestCritest(t *testing.T) {
 	if f := os.Getenv("VMPOD_CRITEST_FOCUS"); f != "" {
 		args = append(args, "-ginkgo.focus", f)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 28*time.Minute)
+	// About 2.5 min here; the bound leaves the rest of make test's 30 min
+	// per package to the crictl tests. Past it ginkgo interrupts the spec
+	// under way (reported failed) and writes its report.
+	suiteTimeout := 12 * time.Minute
+	if review {
+		suiteTimeout = 25 * time.Minute
+	}
+	args = append(args, "-ginkgo.timeout", suiteTimeout.String())
+	ctx, cancel := context.WithTimeout(context.Background(), suiteTimeout+2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "nsenter", args...)
 	cmd.Dir = n.dir
