@@ -23,6 +23,7 @@ all: build
 
 deps:
 	@hack/install-deps.sh
+	@hack/critest/install.sh
 
 guest: deps
 	@hack/guest/build.sh $(GUEST_DIR)

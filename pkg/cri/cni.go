@@ -3,6 +3,7 @@ package cri
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/containerd/errdefs"
 	"github.com/containernetworking/cni/libcni"
@@ -47,8 +48,36 @@ func (n *cniNetwork) ready() error {
 	return err
 }
 
-func runtimeConf(id, netnsPath string, md *runtimeapi.PodSandboxMetadata) *libcni.RuntimeConf {
-	return &libcni.RuntimeConf{
+// portMapping is a pod port published on the node (a hostPort), in the
+// form CNI's portmap plugin takes (the "portMappings" capability), as
+// containerd passes it.
+type portMapping struct {
+	HostPort      int32  `json:"hostPort"`
+	ContainerPort int32  `json:"containerPort"`
+	Protocol      string `json:"protocol"`
+	HostIP        string `json:"hostIP,omitempty"`
+}
+
+// portMappings are the sandbox's port mappings that publish a host port
+// (containerd passes only those: a containerPort alone publishes
+// nothing).
+func portMappings(pms []*runtimeapi.PortMapping) []portMapping {
+	var out []portMapping
+	for _, pm := range pms {
+		if pm.GetHostPort() <= 0 {
+			continue
+		}
+		out = append(out, portMapping{HostPort: pm.GetHostPort(), ContainerPort: pm.GetContainerPort(),
+			Protocol: strings.ToLower(pm.GetProtocol().String()), HostIP: pm.GetHostIp()})
+	}
+	return out
+}
+
+// runtimeConf is the CNI runtime config of pod id: its namespace, the
+// kubelet's CNI_ARGS, and its host ports for a plugin that asks for the
+// portMappings capability (portmap; others get none).
+func runtimeConf(id, netnsPath string, md *runtimeapi.PodSandboxMetadata, ports []portMapping) *libcni.RuntimeConf {
+	rc := &libcni.RuntimeConf{
 		ContainerID: id,
 		NetNS:       netnsPath,
 		IfName:      podInterface,
@@ -60,15 +89,19 @@ func runtimeConf(id, netnsPath string, md *runtimeapi.PodSandboxMetadata) *libcn
 			{"K8S_POD_UID", md.GetUid()},
 		},
 	}
+	if len(ports) > 0 {
+		rc.CapabilityArgs = map[string]any{"portMappings": ports}
+	}
+	return rc
 }
 
 // setUp adds the pod at netnsPath to the network and returns its IPs.
-func (n *cniNetwork) setUp(ctx context.Context, id, netnsPath string, md *runtimeapi.PodSandboxMetadata) ([]string, error) {
+func (n *cniNetwork) setUp(ctx context.Context, id, netnsPath string, md *runtimeapi.PodSandboxMetadata, ports []portMapping) ([]string, error) {
 	list, err := n.config()
 	if err != nil {
 		return nil, err
 	}
-	res, err := n.cni.AddNetworkList(ctx, list, runtimeConf(id, netnsPath, md))
+	res, err := n.cni.AddNetworkList(ctx, list, runtimeConf(id, netnsPath, md, ports))
 	if err != nil {
 		return nil, errorf(errdefs.ErrUnavailable, "CNI %s: add pod %s: %v", list.Name, id, err)
 	}
@@ -88,12 +121,12 @@ func (n *cniNetwork) setUp(ctx context.Context, id, netnsPath string, md *runtim
 
 // tearDown removes the pod from the network; CNI DEL is idempotent, and a
 // namespace already gone is fine to the plugins.
-func (n *cniNetwork) tearDown(ctx context.Context, id, netnsPath string, md *runtimeapi.PodSandboxMetadata) error {
+func (n *cniNetwork) tearDown(ctx context.Context, id, netnsPath string, md *runtimeapi.PodSandboxMetadata, ports []portMapping) error {
 	list, err := n.config()
 	if err != nil {
 		return err
 	}
-	if err := n.cni.DelNetworkList(ctx, list, runtimeConf(id, netnsPath, md)); err != nil {
+	if err := n.cni.DelNetworkList(ctx, list, runtimeConf(id, netnsPath, md, ports)); err != nil {
 		return fmt.Errorf("CNI %s: delete pod %s: %v: %w", list.Name, id, err, errdefs.ErrUnavailable)
 	}
 	return nil

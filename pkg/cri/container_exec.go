@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/containerd/errdefs"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -95,5 +96,48 @@ func (s *Server) execIn(ctx context.Context, c *container, req vm.ExecRequest) (
 		return vm.ExecResult{}, err
 	}
 	defer release()
+	var started time.Time
+	if t := c.get().StartedAt; t != 0 {
+		started = time.Unix(0, t)
+	}
+	waitAgent(ctx, vmCtx, v.PingAgent, started)
 	return execInGuest(ctx, vmCtx, v, req)
+}
+
+// agentBootGrace is how long after a VM's start an exec waits for the
+// guest agent to answer: the guest boots before its agent runs (seconds
+// with KVM, tens of seconds under TCG), and an exec soon after the start
+// (a startup probe, critest's, a user's) would otherwise find no agent
+// and exit 126. agentPollInterval is the pause between pings.
+const (
+	agentBootGrace    = 2 * time.Minute
+	agentPollInterval = 250 * time.Millisecond
+)
+
+// waitAgent returns once ping answers, the VM stops (vmCtx), ctx ends,
+// or agentBootGrace has passed since started, whichever comes first; the
+// exec that follows then reports what it finds. A VM that started
+// earlier is not waited for (one ping fewer): its agent is up, or it has
+// none.
+func waitAgent(ctx, vmCtx context.Context, ping func(context.Context) error, started time.Time) {
+	deadline := started.Add(agentBootGrace)
+	if started.IsZero() || !time.Now().Before(deadline) {
+		return
+	}
+	for {
+		if ping(ctx) == nil {
+			return
+		}
+		wait := min(agentPollInterval, time.Until(deadline))
+		if wait <= 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-vmCtx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
 }

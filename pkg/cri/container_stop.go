@@ -10,9 +10,13 @@ import (
 
 // StopContainer presses the VM's ACPI power button and stops it hard
 // when the guest has not powered off within the timeout. Stopping a
-// stopped container is no error.
+// stopped or an absent container is no error (the CRI asks it to be
+// idempotent, as critest checks).
 func (s *Server) StopContainer(ctx context.Context, r *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
 	c, err := s.container(r.GetContainerId())
+	if errdefs.IsNotFound(err) {
+		return &runtimeapi.StopContainerResponse{}, nil
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -43,6 +43,9 @@ type sandboxRecord struct {
 	// CNI gave it.
 	Netns string   `json:"netns,omitempty"`
 	IPs   []string `json:"ips,omitempty"`
+	// PortMappings are the pod's host ports, for CNI's ADD and the DEL
+	// that must name them again.
+	PortMappings []portMapping `json:"portMappings,omitempty"`
 }
 
 // sandbox is one pod, its record checkpointed.

@@ -31,7 +31,7 @@ func (s *Server) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandboxR
 		ID: id, Name: md.GetName(), Namespace: md.GetNamespace(), UID: md.GetUid(), Attempt: md.GetAttempt(),
 		Labels: cfg.GetLabels(), Annotations: cfg.GetAnnotations(), RuntimeHandler: r.GetRuntimeHandler(),
 		Hostname: cfg.GetHostname(), LogDir: cfg.GetLogDirectory(), CgroupParent: cfg.GetLinux().GetCgroupParent(),
-		CreatedAt: time.Now().UnixNano(), State: sandboxNotReady,
+		CreatedAt: time.Now().UnixNano(), State: sandboxNotReady, PortMappings: portMappings(cfg.GetPortMappings()),
 	}
 	name := sandboxName(rec)
 	if err := s.reserve(name, id); err != nil {
@@ -67,7 +67,7 @@ func (s *Server) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandboxR
 	if err := newNetns(rec.Netns); err != nil {
 		return nil, errorf(errdefs.ErrInternal, "%v", err)
 	}
-	ips, err := s.net.setUp(ctx, id, rec.Netns, md)
+	ips, err := s.net.setUp(ctx, id, rec.Netns, md, rec.PortMappings)
 	if err != nil {
 		return nil, err
 	}

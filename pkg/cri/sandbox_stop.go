@@ -4,14 +4,20 @@ import (
 	"context"
 	"errors"
 
+	"github.com/containerd/errdefs"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // StopPodSandbox stops the pod's VM at once (the kubelet stopped its
 // container with the grace period before), takes it off the pod network
-// and removes its namespace. Stopping a stopped sandbox is no error.
+// and removes its namespace. Stopping a stopped or an absent sandbox is
+// no error (the CRI asks it to be idempotent; the kubelet stops a pod
+// again after it was removed, as critest checks).
 func (s *Server) StopPodSandbox(ctx context.Context, r *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
 	sb, err := s.sandbox(r.GetPodSandboxId())
+	if errdefs.IsNotFound(err) {
+		return &runtimeapi.StopPodSandboxResponse{}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -42,7 +48,7 @@ func (s *Server) teardownSandbox(ctx context.Context, sb *sandbox) error {
 		return nil
 	}
 	md := &runtimeapi.PodSandboxMetadata{Name: rec.Name, Namespace: rec.Namespace, Uid: rec.UID, Attempt: rec.Attempt}
-	if err := s.net.tearDown(ctx, rec.ID, rec.Netns, md); err != nil {
+	if err := s.net.tearDown(ctx, rec.ID, rec.Netns, md, rec.PortMappings); err != nil {
 		return err
 	}
 	if err := removeNetns(rec.Netns); err != nil {

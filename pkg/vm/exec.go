@@ -117,6 +117,17 @@ func (m *Machine) Exec(ctx context.Context, req ExecRequest) (ExecResult, error)
 	}
 }
 
+// PingAgent asks the guest agent for a guest-ping, waiting at most
+// agentPingTimeout: nil when it answers. A guest that is still booting
+// has no agent yet (Unavailable, or FailedPrecondition before the
+// channel is up).
+func (m *Machine) PingAgent(ctx context.Context) error {
+	if _, err := m.hv.AgentCommand(ctx, m.name, `{"execute":"guest-ping"}`, agentPingTimeout); err != nil {
+		return fmt.Errorf("guest agent of %s: %w", m.name, err)
+	}
+	return nil
+}
+
 // guestExec starts the command and returns its pid in the guest.
 func (m *Machine) guestExec(ctx context.Context, req ExecRequest) (int, error) {
 	type args struct {

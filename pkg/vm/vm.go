@@ -260,28 +260,70 @@ func (v *VM) Kill(ctx context.Context) error { return v.machine.Kill(ctx) }
 // Stop shuts the guest down and waits up to grace for it to power off,
 // then stops it hard: a CRI StopContainer with its timeout. A VM that is
 // not running (never started, or stopped already) returns at once, with
-// its exit if it had one.
+// its exit if it had one. The ACPI power button is pressed again every
+// shutdownRepress within the grace: a guest still booting loses a press
+// made before it listens for the button (the test guest's acpid starts
+// a few seconds in), and a VM stopped soon after its start would
+// otherwise wait out the whole grace.
 func (v *VM) Stop(ctx context.Context, grace time.Duration) (Exit, error) {
-	if err := v.Shutdown(ctx); err != nil {
-		if errdefs.IsNotFound(err) || errdefs.IsFailedPrecondition(err) {
-			exit, _ := v.machine.Exited()
+	exit, err := shutdownWithin(ctx, grace, v.Shutdown, v.Wait)
+	switch {
+	case errors.Is(err, errNotRunning):
+		exit, _ := v.machine.Exited()
+		return exit, nil
+	case errors.Is(err, errGraceOver):
+		if err := v.Kill(ctx); err != nil {
+			return Exit{}, err
+		}
+		return v.Wait(ctx)
+	case err != nil:
+		return Exit{}, err
+	}
+	return exit, nil
+}
+
+// shutdownRepress is how often Stop presses the power button again (a
+// variable for the tests).
+var shutdownRepress = 5 * time.Second
+
+var (
+	errNotRunning = errors.New("the VM does not run")
+	errGraceOver  = errors.New("the VM did not stop within the grace period")
+)
+
+// shutdownWithin presses the power button (press) and waits (wait) up to
+// grace for the VM to stop, pressing again every shutdownRepress. It
+// fails with errNotRunning when the first press finds no running VM
+// (NotFound, FailedPrecondition), errGraceOver when the grace passed,
+// press's other errors, or ctx's.
+func shutdownWithin(ctx context.Context, grace time.Duration, press func(context.Context) error,
+	wait func(context.Context) (Exit, error)) (Exit, error) {
+	deadline := time.Now().Add(grace)
+	for first := true; ; first = false {
+		if err := press(ctx); err != nil {
+			notRunning := errdefs.IsNotFound(err) || errdefs.IsFailedPrecondition(err)
+			switch {
+			case notRunning && first:
+				return Exit{}, errNotRunning
+			case !notRunning:
+				return Exit{}, err
+			}
+			// Gone after an earlier press: its stop is on its way.
+		}
+		left := time.Until(deadline)
+		wctx, cancel := context.WithTimeout(ctx, min(left, shutdownRepress))
+		exit, err := wait(wctx)
+		cancel()
+		if err == nil {
 			return exit, nil
 		}
-		return Exit{}, err
+		if ctx.Err() != nil {
+			return Exit{}, ctx.Err()
+		}
+		if left <= shutdownRepress {
+			return Exit{}, errGraceOver
+		}
 	}
-	wctx, cancel := context.WithTimeout(ctx, grace)
-	exit, err := v.Wait(wctx)
-	cancel()
-	if err == nil {
-		return exit, nil
-	}
-	if ctx.Err() != nil {
-		return Exit{}, ctx.Err()
-	}
-	if err := v.Kill(ctx); err != nil {
-		return Exit{}, err
-	}
-	return v.Wait(ctx)
 }
 
 // Suspend stops the guest's vCPUs; Resume lets them run again.
@@ -294,6 +336,10 @@ func (v *VM) Resume(ctx context.Context) error { return v.machine.Resume(ctx) }
 func (v *VM) Exec(ctx context.Context, req ExecRequest) (ExecResult, error) {
 	return v.machine.Exec(ctx, req)
 }
+
+// PingAgent is nil when the guest agent answers a ping
+// (Machine.PingAgent).
+func (v *VM) PingAgent(ctx context.Context) error { return v.machine.PingAgent(ctx) }
 
 // ConsoleInput is where to write to the serial console (attach); nil
 // before Start or without a console.

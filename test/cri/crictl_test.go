@@ -385,18 +385,29 @@ func newNode(t *testing.T) *node {
 	if err := os.MkdirAll(conf, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cni := fmt.Sprintf(`{"cniVersion": "1.0.0", "name": "vmpod-cri-test", "plugins": [{
-  "type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
-  "ipam": {"type": "host-local", "dataDir": %q, "ranges": [[{"subnet": "10.88.0.0/16"}]], "routes": [{"dst": "0.0.0.0/0"}]}}]}`,
-		filepath.Join(dir, "cni", "ipam"))
-	if err := os.WriteFile(filepath.Join(conf, "10-vmpod.conflist"), []byte(cni), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	n.writeCNIConfig(false)
 	n.crictl = crictlBin(t)
 	if err := os.WriteFile(filepath.Join(dir, "crictl.yaml"), []byte("runtime-endpoint: unix://"+n.socket+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// writeCNIConfig writes the node's pod network: a bridge, and with
+// hostPorts CNI's portmap plugin after it (host ports, as a kubelet node
+// has them).
+func (n *node) writeCNIConfig(hostPorts bool) {
+	portmap := ""
+	if hostPorts {
+		portmap = `, {"type": "portmap", "capabilities": {"portMappings": true}}`
+	}
+	cni := fmt.Sprintf(`{"cniVersion": "1.0.0", "name": "vmpod-cri-test", "plugins": [{
+  "type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+  "ipam": {"type": "host-local", "dataDir": %q, "ranges": [[{"subnet": "10.88.0.0/16"}]], "routes": [{"dst": "0.0.0.0/0"}]}}%s]}`,
+		filepath.Join(n.dir, "cni", "ipam"), portmap)
+	if err := os.WriteFile(filepath.Join(n.dir, "cni", "net.d", "10-vmpod.conflist"), []byte(cni), 0o644); err != nil {
+		n.t.Fatal(err)
+	}
 }
 
 // makeCgroupParent makes the pods' cgroup parent in every cgroup v1
@@ -479,23 +490,32 @@ func (n *node) serveImage() string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
-	l := listenIn(t, n.nsPath)
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
-	// The push goes to the same registry through the test's own loopback.
-	push := httptest.NewServer(h)
-	defer push.Close()
+	host, pushHost := n.serveRegistry()
 	const repoTag = "vmpod/test-guest:v1"
-	r, err := name.ParseReference(strings.TrimPrefix(push.URL, "http://") + "/" + repoTag)
+	r, err := name.ParseReference(pushHost + "/" + repoTag)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := remote.Write(r, img); err != nil {
 		t.Fatalf("push the test guest: %v", err)
 	}
-	return l.Addr().String() + "/" + repoTag
+	return host + "/" + repoTag
+}
+
+// serveRegistry serves an empty registry on the node namespace's
+// loopback until the test ends, and returns its host:port there and the
+// host:port the test pushes to (the same registry, on the test's own
+// loopback).
+func (n *node) serveRegistry() (host, pushHost string) {
+	t := n.t
+	h := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	l := listenIn(t, n.nsPath)
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	push := httptest.NewServer(h)
+	t.Cleanup(push.Close)
+	return l.Addr().String(), strings.TrimPrefix(push.URL, "http://")
 }
 
 // listenIn listens on 127.0.0.1 of the network namespace at path: the
