@@ -166,8 +166,10 @@
 //   - Stats: the writable layer (the qcow2 overlay's size) and the
 //     process count are not reported; ImageFsInfo's and the overlay's
 //     usage are not tied together.
-//   - The systemd driver's form (<slice>:cri-vmpod:<id>) is written but
-//     untested here (this machine is cgroup v1 without systemd).
+//   - The systemd driver's form (<slice>:cri-vmpod:<id>) is tested with
+//     crictl on a cgroup v2 + systemd node (test/nodevm's cri-systemd:
+//     QEMU in <slice>/cri-vmpod-<id>.scope, memory.max guest + overhead,
+//     nothing left), not yet under a kubelet.
 //   - (Checked: with one libvirt root for the node, QEMU's jail still
 //     shows each QEMU only its own domain's master key file, which the
 //     jailer finds on QEMU's command line below jail.Spec.SecretDir and

@@ -12,7 +12,12 @@
 //     slice with memory.max = guest + overhead, stop must give the exit
 //     status, and removal must leave no scope, cgroup, process or file;
 //   - does the same with the cgroupfs driver on cgroup v2, through the
-//     containerd test harness.
+//     containerd test harness;
+//   - runs vm-runtime cri (a VM-only node's runtime) with the image from a
+//     registry on the node's loopback: RuntimeConfig must say systemd, and
+//     a VM pod under a systemd pod slice must get QEMU in the scope
+//     cri-vmpod-<id>.scope of that slice with memory.max = guest +
+//     overhead, and leave nothing when removed.
 //
 // The nested guest runs under TCG, which is slow: the test waits for the
 // kernel's first serial line, not for the guest's /init.

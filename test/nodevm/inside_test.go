@@ -6,6 +6,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +20,9 @@ import (
 
 	systemd "github.com/coreos/go-systemd/v22/dbus"
 	godbus "github.com/godbus/dbus/v5"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	appsv1 "k8s.io/api/apps/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"sigs.k8s.io/yaml"
@@ -65,6 +71,135 @@ func inside(t *testing.T) {
 	})
 	t.Run("systemd", func(t *testing.T) { kindNode(t, fact) })
 	t.Run("cgroupfs", func(t *testing.T) { cgroupfsNode(t, fact) })
+	t.Run("cri-systemd", func(t *testing.T) { criSystemdNode(t, fact) })
+}
+
+// criSystemdNode: vm-runtime cri on the systemd node, as a VM-only node's
+// kubelet uses it: RuntimeConfig says systemd (the node's init), and a VM
+// pod whose cgroup_parent is a systemd pod slice gets QEMU in the scope
+// cri-vmpod-<id>.scope of that slice, limited to guest + overhead; the
+// pod's removal leaves no QEMU, scope or cgroup.
+func criSystemdNode(t *testing.T, fact func(string, ...any)) {
+	start := time.Now()
+	repo := os.Getenv("VMPOD_REPO")
+	if _, err := os.Stat("/etc/cni/net.d/10-vmpod.conflist"); err != nil {
+		cniSetup(t) // the systemd subtest made it, unless it failed first
+	}
+	// Short: QEMU's sockets go a few levels below it (108-byte limit).
+	dir, err := os.MkdirTemp("/tmp", "vcri-")
+	must(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	ref := serveTestGuest(t, dir)
+	sock := filepath.Join(dir, "cri.sock")
+	logf, err := os.Create(filepath.Join(dir, "cri.log"))
+	must(t, err)
+	defer logf.Close()
+	server := exec.Command(filepath.Join(nodevm.ShareDir, "vm-runtime"), "cri", "--listen", "unix://"+sock,
+		"--state-root", filepath.Join(dir, "s"), "--netns-dir", filepath.Join(dir, "netns"),
+		"--capabilities-cache", filepath.Join(dir, "caps"))
+	server.Stdout, server.Stderr = logf, logf
+	must(t, server.Start())
+	t.Cleanup(func() {
+		_ = server.Process.Kill()
+		_ = server.Wait()
+		if t.Failed() {
+			t.Logf("vm-runtime cri's log:\n%s", readFile(t, logf.Name()))
+		}
+	})
+	crictl := func(args ...string) (string, error) {
+		cmd := exec.Command(filepath.Join(repo, "_output", "bin", "crictl"), append([]string{"--runtime-endpoint", "unix://" + sock,
+			"--image-endpoint", "unix://" + sock, "--timeout", "2m"}, args...)...)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr // warnings too: not part of the answer
+		out, err := cmd.Output()
+		if err != nil {
+			return strings.TrimSpace(string(out) + stderr.String()), err
+		}
+		return strings.TrimSpace(string(out)), nil
+	}
+	mustCrictl := func(args ...string) string {
+		t.Helper()
+		out, err := crictl(args...)
+		if err != nil {
+			t.Fatalf("crictl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return out
+	}
+	waitFor(t, "vm-runtime cri", time.Minute, func() bool { _, err := crictl("version"); return err == nil })
+	if out := mustCrictl("runtime-config"); !strings.Contains(out, "SYSTEMD") {
+		t.Errorf("crictl runtime-config = %q on a systemd node, want the systemd driver", out)
+	}
+	mustCrictl("pull", ref)
+
+	const uid = "7e570000c0de"
+	slice := "kubepods-besteffort-pod" + uid + ".slice"
+	startSlice(t, slice, vmLimit()+64<<20)
+	podJSON := writeJSON(t, dir, "pod.json", &runtimeapi.PodSandboxConfig{
+		Metadata:     &runtimeapi.PodSandboxMetadata{Name: "guest", Namespace: "default", Uid: uid},
+		LogDirectory: filepath.Join(dir, "logs"),
+		Linux:        &runtimeapi.LinuxPodSandboxConfig{CgroupParent: slice},
+	})
+	ctrJSON := writeJSON(t, dir, "vm.json", &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: "vm"},
+		Image:    &runtimeapi.ImageSpec{Image: ref},
+		LogPath:  "vm.log",
+		Linux:    &runtimeapi.LinuxContainerConfig{Resources: containerd.Resources(1000, guestBytes)},
+	})
+	podID := mustCrictl("runp", podJSON)
+	id := mustCrictl("create", podID, ctrJSON, podJSON)
+	started := time.Now()
+	mustCrictl("start", id)
+	waitFor(t, "the guest's first serial line in crictl logs", 4*time.Minute, func() bool {
+		out, _ := crictl("logs", id)
+		return strings.Contains(out, firstLine)
+	})
+	fact("cri-systemd: crictl start -> first serial line (nested TCG): %.1fs", time.Since(started).Seconds())
+
+	qemus := procs("qemu-system-x86")
+	if len(qemus) != 1 {
+		t.Fatalf("QEMUs running: %v, want the pod's one", qemus)
+	}
+	pid, _, _ := strings.Cut(qemus[0], ":")
+	sliceDir := "/kubepods.slice/kubepods-besteffort.slice/" + slice
+	wantCg := sliceDir + "/cri-vmpod-" + id + ".scope"
+	if got := cgroupOf(t, atoi(t, pid)); got != wantCg {
+		t.Errorf("QEMU %s is in %s, want %s", qemus[0], got, wantCg)
+	}
+	gotMax := strings.TrimSpace(readFile(t, filepath.Join("/sys/fs/cgroup", wantCg, "memory.max")))
+	if gotMax != strconv.FormatUint(vmLimit(), 10) {
+		t.Errorf("QEMU's memory.max = %s, want guest + overhead = %d", gotMax, vmLimit())
+	}
+	fact("cri-systemd: RuntimeConfig systemd; QEMU's cgroup %s, memory.max %s", wantCg, gotMax)
+
+	// The guest is still booting its kernel (nested TCG): it does not see
+	// the ACPI button, so stop ends in a hard stop after the grace time.
+	mustCrictl("stop", "--timeout", "3", id)
+	mustCrictl("rm", id)
+	mustCrictl("stopp", podID)
+	mustCrictl("rmp", podID)
+	waitFor(t, "QEMU and its scope to go", 30*time.Second, func() bool {
+		return len(procs("qemu-system-x86")) == 0 &&
+			strings.TrimSpace(sh(t, "systemctl", "list-units", "--all", "--plain", "--no-legend", "cri-vmpod-*")) == ""
+	})
+	if sub := subdirs(filepath.Join("/sys/fs/cgroup", sliceDir)); len(sub) > 0 {
+		t.Errorf("cgroups left under the pod slice: %v", sub)
+	}
+	stopSlice(t, slice)
+	fact("cri-systemd: after rmp no QEMU, scope or cgroup left; whole run %.1fs", time.Since(start).Seconds())
+}
+
+// serveTestGuest pushes the test guest's containerdisk to a registry on
+// the node's loopback for the test's life and returns its reference there.
+func serveTestGuest(t *testing.T, dir string) string {
+	img, err := testguest.OpenArchive(testguest.Archive(t), filepath.Join(dir, "oci"))
+	must(t, err)
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(srv.Close)
+	ref := strings.TrimPrefix(srv.URL, "http://") + "/vmpod/test-guest:v1"
+	r, err := name.ParseReference(ref)
+	must(t, err)
+	must(t, remote.Write(r, img))
+	return ref
 }
 
 // kindNode: containerd from kind's node config as a systemd service, the
