@@ -106,25 +106,8 @@ func criSystemdNode(t *testing.T, fact func(string, ...any)) {
 			t.Logf("vm-runtime cri's log:\n%s", readFile(t, logf.Name()))
 		}
 	})
-	crictl := func(args ...string) (string, error) {
-		cmd := exec.Command(filepath.Join(repo, "_output", "bin", "crictl"), append([]string{"--runtime-endpoint", "unix://" + sock,
-			"--image-endpoint", "unix://" + sock, "--timeout", "2m"}, args...)...)
-		var stderr strings.Builder
-		cmd.Stderr = &stderr // warnings too: not part of the answer
-		out, err := cmd.Output()
-		if err != nil {
-			return strings.TrimSpace(string(out) + stderr.String()), err
-		}
-		return strings.TrimSpace(string(out)), nil
-	}
-	mustCrictl := func(args ...string) string {
-		t.Helper()
-		out, err := crictl(args...)
-		if err != nil {
-			t.Fatalf("crictl %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return out
-	}
+	c := crictlAt(t, filepath.Join(repo, "_output", "bin"), "unix://"+sock, "--image-endpoint", "unix://"+sock)
+	crictl, mustCrictl := c.run, c.must
 	waitFor(t, "vm-runtime cri", time.Minute, func() bool { _, err := crictl("version"); return err == nil })
 	if out := mustCrictl("runtime-config"); !strings.Contains(out, "SYSTEMD") {
 		t.Errorf("crictl runtime-config = %q on a systemd node, want the systemd driver", out)
@@ -134,26 +117,7 @@ func criSystemdNode(t *testing.T, fact func(string, ...any)) {
 	const uid = "7e570000c0de"
 	slice := "kubepods-besteffort-pod" + uid + ".slice"
 	startSlice(t, slice, vmLimit()+64<<20)
-	podJSON := writeJSON(t, dir, "pod.json", &runtimeapi.PodSandboxConfig{
-		Metadata:     &runtimeapi.PodSandboxMetadata{Name: "guest", Namespace: "default", Uid: uid},
-		LogDirectory: filepath.Join(dir, "logs"),
-		Linux:        &runtimeapi.LinuxPodSandboxConfig{CgroupParent: slice},
-	})
-	ctrJSON := writeJSON(t, dir, "vm.json", &runtimeapi.ContainerConfig{
-		Metadata: &runtimeapi.ContainerMetadata{Name: "vm"},
-		Image:    &runtimeapi.ImageSpec{Image: ref},
-		LogPath:  "vm.log",
-		Linux:    &runtimeapi.LinuxContainerConfig{Resources: containerd.Resources(1000, guestBytes)},
-	})
-	podID := mustCrictl("runp", podJSON)
-	id := mustCrictl("create", podID, ctrJSON, podJSON)
-	started := time.Now()
-	mustCrictl("start", id)
-	waitFor(t, "the guest's first serial line in crictl logs", 4*time.Minute, func() bool {
-		out, _ := crictl("logs", id)
-		return strings.Contains(out, firstLine)
-	})
-	fact("cri-systemd: crictl start -> first serial line (nested TCG): %.1fs", time.Since(started).Seconds())
+	podID, id := c.runGuest(dir, uid, slice, ref, fact, "cri-systemd")
 
 	qemus := procs("qemu-system-x86")
 	if len(qemus) != 1 {
@@ -231,24 +195,8 @@ KillMode=process
 	sh(t, "systemctl", "daemon-reload")
 	sh(t, "systemctl", "start", "containerd")
 	t.Cleanup(func() { _ = exec.Command("systemctl", "stop", "containerd").Run() })
-	crictl := func(args ...string) (string, error) {
-		cmd := exec.Command(filepath.Join(bin, "crictl"), append([]string{"--runtime-endpoint", "unix:///run/containerd/containerd.sock", "--timeout", "2m"}, args...)...)
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			return string(out) + stderr.String(), err
-		}
-		return string(out), nil
-	}
-	mustCrictl := func(args ...string) string {
-		t.Helper()
-		out, err := crictl(args...)
-		if err != nil {
-			t.Fatalf("crictl %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return strings.TrimSpace(out)
-	}
+	c := crictlAt(t, bin, "unix:///run/containerd/containerd.sock")
+	crictl, mustCrictl := c.run, c.must
 	waitFor(t, "containerd's CRI", time.Minute, func() bool { _, err := crictl("info"); return err == nil })
 
 	// The installer, as the DaemonSet runs it: its command and environment
@@ -274,27 +222,7 @@ KillMode=process
 	slice := "kubepods-besteffort-pod" + uid + ".slice"
 	podLimit := vmLimit() + 64<<20
 	startSlice(t, slice, podLimit)
-	dir := t.TempDir()
-	podJSON := writeJSON(t, dir, "pod.json", &runtimeapi.PodSandboxConfig{
-		Metadata:     &runtimeapi.PodSandboxMetadata{Name: "guest", Namespace: "default", Uid: uid},
-		LogDirectory: filepath.Join(dir, "logs"),
-		Linux:        &runtimeapi.LinuxPodSandboxConfig{CgroupParent: slice},
-	})
-	ctrJSON := writeJSON(t, dir, "vm.json", &runtimeapi.ContainerConfig{
-		Metadata: &runtimeapi.ContainerMetadata{Name: "vm"},
-		Image:    &runtimeapi.ImageSpec{Image: testguest.Image},
-		LogPath:  "vm.log",
-		Linux:    &runtimeapi.LinuxContainerConfig{Resources: containerd.Resources(1000, guestBytes)},
-	})
-	podID := mustCrictl("runp", "--runtime", "vmpod", podJSON)
-	id := mustCrictl("create", podID, ctrJSON, podJSON)
-	started := time.Now()
-	mustCrictl("start", id)
-	waitFor(t, "the guest's first serial line in crictl logs", 4*time.Minute, func() bool {
-		out, _ := crictl("logs", id)
-		return strings.Contains(out, firstLine)
-	})
-	fact("systemd: crictl start -> first serial line (nested TCG): %.1fs", time.Since(started).Seconds())
+	podID, id := c.runGuest(t.TempDir(), uid, slice, testguest.Image, fact, "systemd", "--runtime", "vmpod")
 
 	qemu := atoi(t, mustCrictl("inspect", "-o", "go-template", "--template", "{{.info.pid}}", id))
 	sliceDir := "/kubepods.slice/kubepods-besteffort.slice/" + slice
@@ -649,4 +577,69 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// crictl drives a CRI endpoint with the repo's crictl.
+type crictl struct {
+	t    *testing.T
+	argv []string
+}
+
+// crictlAt is crictl in bin against the runtime endpoint, with more
+// global flags if given.
+func crictlAt(t *testing.T, bin, endpoint string, flags ...string) crictl {
+	argv := append([]string{filepath.Join(bin, "crictl"), "--runtime-endpoint", endpoint, "--timeout", "2m"}, flags...)
+	return crictl{t: t, argv: argv}
+}
+
+// run is crictl's stdout, trimmed; with its stderr too when it fails
+// (its warnings are not part of the answer).
+func (c crictl) run(args ...string) (string, error) {
+	cmd := exec.Command(c.argv[0], append(c.argv[1:len(c.argv):len(c.argv)], args...)...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return strings.TrimSpace(string(out) + stderr.String()), err
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+func (c crictl) must(args ...string) string {
+	c.t.Helper()
+	out, err := c.run(args...)
+	if err != nil {
+		c.t.Fatalf("crictl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// runGuest runs the test guest's pod (uid) under the systemd pod slice
+// with image, its configs in dir, and waits for the guest kernel's first
+// serial line; runp are runp's extra flags. It returns the pod's and the
+// VM container's ids.
+func (c crictl) runGuest(dir, uid, slice, image string, fact func(string, ...any), label string, runp ...string) (podID, id string) {
+	t := c.t
+	t.Helper()
+	podJSON := writeJSON(t, dir, "pod.json", &runtimeapi.PodSandboxConfig{
+		Metadata:     &runtimeapi.PodSandboxMetadata{Name: "guest", Namespace: "default", Uid: uid},
+		LogDirectory: filepath.Join(dir, "logs"),
+		Linux:        &runtimeapi.LinuxPodSandboxConfig{CgroupParent: slice},
+	})
+	ctrJSON := writeJSON(t, dir, "vm.json", &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: "vm"},
+		Image:    &runtimeapi.ImageSpec{Image: image},
+		LogPath:  "vm.log",
+		Linux:    &runtimeapi.LinuxContainerConfig{Resources: containerd.Resources(1000, guestBytes)},
+	})
+	podID = c.must(append(append([]string{"runp"}, runp...), podJSON)...)
+	id = c.must("create", podID, ctrJSON, podJSON)
+	started := time.Now()
+	c.must("start", id)
+	waitFor(t, "the guest's first serial line in crictl logs", 4*time.Minute, func() bool {
+		out, _ := c.run("logs", id)
+		return strings.Contains(out, firstLine)
+	})
+	fact("%s: crictl start -> first serial line (nested TCG): %.1fs", label, time.Since(started).Seconds())
+	return podID, id
 }
