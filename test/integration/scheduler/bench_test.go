@@ -306,36 +306,39 @@ func createBenchNodes(b *testing.B, c clientset.Interface, from, to int) {
 
 var benchModels = []string{"Skylake-Client", "Cascadelake-Server", "EPYC", "Icelake-Server"}
 
-// createBenchPods creates benchPods pods for the scheduler: every other
-// one a plain pod (100m, 256Mi), the others VM pods of 1 vCPU and 1 GiB of
-// four kinds in turn: accel auto; accel kvm; CPU model EPYC (a quarter of
-// the nodes); CPU feature avx2.
+// createBenchPods creates benchPods pods (benchPod) for the scheduler.
 func createBenchPods(b *testing.B, c clientset.Interface, scheduler string) {
 	parallel(b, benchPods, func(ctx context.Context, i int) error {
-		name := fmt.Sprintf("%s-%04d", scheduler, i)
-		var pod *v1.Pod
-		if i%2 == 0 {
-			pod = plainPod(name)
-			pod.Spec.Containers[0].Resources.Requests = v1.ResourceList{
-				v1.ResourceCPU:    resource.MustParse("100m"),
-				v1.ResourceMemory: resource.MustParse("256Mi"),
-			}
-		} else {
-			p := vmspectest.MakePod(name).Namespace(namespace).CPU("1").Memory("1Gi")
-			switch (i / 2) % 4 {
-			case 1:
-				p.Annotation(vmspec.AnnotationAccel, "kvm")
-			case 2:
-				p.Annotation(vmspec.AnnotationCPUModel, "EPYC")
-			case 3:
-				p.Annotation(vmspec.AnnotationCPUFeatures, "avx2")
-			}
-			pod = p.Obj()
-		}
+		pod := benchPod(fmt.Sprintf("%s-%04d", scheduler, i), i)
 		pod.Spec.SchedulerName = scheduler
 		_, err := c.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{})
 		return err
 	})
+}
+
+// benchPod is the benchmarks' i-th pod: for even i a plain pod (100m,
+// 256Mi), for odd i a VM pod of 1 vCPU and 1 GiB of four kinds in turn:
+// accel auto; accel kvm; CPU model EPYC (a quarter of the nodes); CPU
+// feature avx2.
+func benchPod(name string, i int) *v1.Pod {
+	if i%2 == 0 {
+		pod := plainPod(name)
+		pod.Spec.Containers[0].Resources.Requests = v1.ResourceList{
+			v1.ResourceCPU:    resource.MustParse("100m"),
+			v1.ResourceMemory: resource.MustParse("256Mi"),
+		}
+		return pod
+	}
+	p := vmspectest.MakePod(name).Namespace(namespace).CPU("1").Memory("1Gi")
+	switch (i / 2) % 4 {
+	case 1:
+		p.Annotation(vmspec.AnnotationAccel, "kvm")
+	case 2:
+		p.Annotation(vmspec.AnnotationCPUModel, "EPYC")
+	case 3:
+		p.Annotation(vmspec.AnnotationCPUFeatures, "avx2")
+	}
+	return p.Obj()
 }
 
 func deleteBenchPods(b *testing.B, c clientset.Interface, scheduler string) {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
@@ -26,7 +25,6 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/metrics"
 
 	"github.com/vmpod/vmpod/pkg/scheduler/vmplacement"
-	"github.com/vmpod/vmpod/pkg/vmspec"
 	"github.com/vmpod/vmpod/pkg/vmspec/vmspectest"
 )
 
@@ -112,26 +110,12 @@ func cyclePods(overhead v1.ResourceList) []*v1.Pod {
 	var pods []*v1.Pod
 	for i := range 8 {
 		name := fmt.Sprintf("p-%d", i)
+		pod := benchPod(name, i)
+		pod.UID = types.UID("uid-" + name)
 		if i%2 == 0 {
-			pod := plainPod(name)
-			pod.UID = types.UID("uid-" + name)
-			pod.Spec.Containers[0].Resources.Requests = v1.ResourceList{
-				v1.ResourceCPU:    resource.MustParse("100m"),
-				v1.ResourceMemory: resource.MustParse("256Mi"),
-			}
 			pods = append(pods, pod)
 			continue
 		}
-		p := vmspectest.MakePod(name).UID("uid-" + name).Namespace(namespace).CPU("1").Memory("1Gi")
-		switch (i / 2) % 4 {
-		case 1:
-			p.Annotation(vmspec.AnnotationAccel, "kvm")
-		case 2:
-			p.Annotation(vmspec.AnnotationCPUModel, "EPYC")
-		case 3:
-			p.Annotation(vmspec.AnnotationCPUFeatures, "avx2")
-		}
-		pod := p.Obj()
 		for i := range pod.Spec.Containers {
 			r := &pod.Spec.Containers[i].Resources
 			if r.Requests == nil {
