@@ -6,7 +6,8 @@
 #                          that QEMU enters directly (much faster under TCG)
 #   initrd.img             busybox-static initramfs; /init is rootfs/init; with
 #                          Debian's qemu-ga (the QEMU guest agent) and the
-#                          shared libraries it links
+#                          shared libraries it links, and a small pgrep
+#                          (rootfs/usr/bin; busybox-static has none)
 #   disk.qcow2             16 MiB ext4 with hello.txt
 #   containerdisk.oci.tar  OCI image-layout archive of all of it (KubeVirt's
 #                          containerdisk layout), for `ctr images import`
@@ -191,7 +192,7 @@ busybox --list-full | while read -r applet; do
 done
 cp -R "$here/rootfs/." "$ir/"
 chmod 0755 "$ir/init" "$ir/bin/http-reply" "$ir/bin/guest-poweroff" \
-	"$ir/etc/udhcpc.script" "$ir/etc/acpi/PWRF/00000080"
+	"$ir/etc/udhcpc.script" "$ir/etc/acpi/PWRF/00000080" "$ir/usr/bin/pgrep"
 
 guest_copy_modules "$kroot" "$kver" "$ir/lib/modules" "${modules[@]}" ||
 	die "cannot collect the kernel modules"

@@ -83,8 +83,8 @@
 //   - ExecSync through vm.Exec (the guest agent): exit code, stdout and
 //     stderr (each cut at 4 MiB, said at its end: the kubelet's client
 //     takes 16 MiB replies), the timeout answered DeadlineExceeded as the
-//     kubelet's probes expect (the command runs on in the guest: the
-//     agent cannot signal it). A command the guest cannot run exits 127
+//     kubelet's probes expect (the command killed in the guest: a shell's
+//     kill through the agent, which has no signal command). A command the guest cannot run exits 127
 //     (no such program) or 126 (no agent, other failures) with the
 //     reason on stderr, as through the shim. An exec within 2 min of the
 //     VM's start first waits for the agent to answer (the guest boots
@@ -132,17 +132,17 @@
 //   - critest (cri-tools v1.37.0, hack/critest/install.sh from make
 //     deps) runs in make test: test/cri's TestCritest, against this
 //     server in the test's node netns, every image it pulls served from a
-//     registry there as the test guest. Of its 142 specs 38 pass, none
-//     fails, 97 are skipped, each with its reason in one table
+//     registry there as the test guest. Of its 142 specs 39 pass, none
+//     fails, 96 are skipped, each with its reason in one table
 //     (critestSkips in test/cri/critest_test.go; docs/install.md lists
-//     them): 84 cannot apply to a VM runtime, 13 cannot run against a
+//     them): 83 cannot apply to a VM runtime, 13 cannot run against a
 //     local registry; 7 skip themselves (5 benchmarks; the metrics RPCs,
 //     Unimplemented here). It adds about 2.5 min. Skipped: what a Linux
 //     process on the host is (Security Context, AppArmor, sysctls, OOM
 //     kill: 46), host mounts
 //     (volumes, propagation, read-only mounts, image volumes: 15), the
 //     container's command (its output as the log, attach to its shell,
-//     a TTY exec, killing a timed-out exec: 4), several containers in a
+//     a TTY exec: 3), several containers in a
 //     pod (4), NRI (13), host network (1), DNS options by DHCP (1), and
 //     the image specs that critest's --registry-prefix breaks (it drops
 //     the tag, then asks with the upstream name: 13). Its containers set

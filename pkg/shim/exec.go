@@ -37,7 +37,11 @@ type execProcess struct {
 	exit     uint32
 	exitedAt time.Time
 	cancel   context.CancelFunc
-	exited   chan struct{}
+	// killed is the exit status kill gave (128+signal), 0 before.
+	killed uint32
+	// ran is closed when run has returned.
+	ran    chan struct{}
+	exited chan struct{}
 }
 
 // addExec makes an exec of the VM task t (Exec); it runs at Start.
@@ -62,7 +66,7 @@ func (t *task) addExec(r *taskAPI.ExecProcessRequest) (*execProcess, error) {
 	if len(proc.Args) == 0 {
 		return nil, fmt.Errorf("exec %s: no command: %w", r.ExecID, errdefs.ErrInvalidArgument)
 	}
-	e := &execProcess{id: r.ExecID, v: v, proc: proc, exited: make(chan struct{}),
+	e := &execProcess{id: r.ExecID, v: v, proc: proc, exited: make(chan struct{}), ran: make(chan struct{}),
 		io: taskIO{stdin: r.Stdin, stdout: r.Stdout, stderr: r.Stderr}}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -95,7 +99,7 @@ func (t *task) endExecs() {
 	}
 	t.mu.Unlock()
 	for _, e := range execs {
-		e.kill(uint32(syscall.SIGKILL), t.svc.publish)
+		e.kill(uint32(syscall.SIGKILL), t.svc.publish, false)
 	}
 }
 
@@ -123,6 +127,7 @@ func (e *execProcess) start(ctx context.Context, publish func(any)) (uint32, err
 }
 
 func (e *execProcess) run(ctx context.Context, publish func(any)) {
+	defer close(e.ran)
 	status, stdout, stderr := e.execute(ctx)
 	if err := e.writeOutput(ctx, stdout, stderr); err != nil {
 		log.G(ctx).WithError(err).Warnf("exec %s: output", e.id)
@@ -158,7 +163,9 @@ func (e *execProcess) execute(ctx context.Context) (uint32, []byte, []byte) {
 		}
 		return uint32(res.ExitCode), res.Stdout, stderr
 	case errors.Is(err, context.Canceled):
-		return 137, nil, nil // killed: the status was set by kill
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.killed, nil, nil // cancelled only by kill
 	case errdefs.IsInvalidArgument(err):
 		return 127, nil, []byte("vmpod: " + err.Error() + "\n")
 	default:
@@ -202,14 +209,24 @@ func (e *execProcess) finish(status uint32, publish func(any)) {
 	publish(&eventstypes.TaskExit{ContainerID: e.v.task.id, ID: e.id, Pid: pid, ExitStatus: status, ExitedAt: protobuf.ToTimestamp(at)})
 }
 
-// kill stops waiting for the command: the guest agent cannot signal it,
-// so it runs on in the guest; the exec ends now with 128+sig.
-func (e *execProcess) kill(sig uint32, publish func(any)) {
+// kill ends the exec with 128+sig. The Exec it cancels kills the command
+// in the guest (SIGKILL whatever sig: the guest agent's only way to signal
+// is a kill run beside it, vm.Machine.Exec). With wait, kill returns once
+// that is done (within a few seconds, vm's bound), so whoever killed the
+// exec finds its command gone: containerd's ExecSync timeout (a probe's
+// timeoutSeconds) kills this way. The VM's end (endExecs) does not wait.
+func (e *execProcess) kill(sig uint32, publish func(any), wait bool) {
 	e.mu.Lock()
 	cancel := e.cancel
+	if e.killed == 0 {
+		e.killed = 128 + sig
+	}
 	e.mu.Unlock()
 	if cancel != nil {
 		cancel()
+		if wait {
+			<-e.ran
+		}
 	}
 	e.finish(128+sig, publish)
 }

@@ -288,7 +288,7 @@ func (s *service) Kill(ctx context.Context, r *taskAPI.KillRequest) (*emptypb.Em
 		if err != nil {
 			return nil, err
 		}
-		e.kill(r.Signal, s.publish)
+		e.kill(r.Signal, s.publish, true)
 		return &emptypb.Empty{}, nil
 	}
 	if err := t.kill(ctx, r.Signal); err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -30,6 +31,9 @@ const (
 	// backs off to this.
 	execPollFirst = 2 * time.Millisecond
 	execPollMax   = 200 * time.Millisecond
+	// execKillGrace bounds killing a command whose Exec ended first
+	// (killGuestCommand).
+	execKillGrace = 3 * time.Second
 )
 
 // ExecRequest is a command to run in the guest.
@@ -73,9 +77,10 @@ type ExecResult struct {
 // a terminal exec with a message that points to `kubectl attach -it`
 // (the serial console) instead.
 //
-// If ctx ends first, Exec returns ctx's error at once. The command keeps
-// running in the guest: the agent cannot signal it, and it ends on its
-// own (or with the guest).
+// If ctx ends first (a timeout, a kill of the exec), Exec kills the
+// command in the guest with SIGKILL, waits at most execKillGrace until it
+// is gone, and returns ctx's error, which says whether it is gone. Its
+// children are not killed: they were the command's to end.
 func (m *Machine) Exec(ctx context.Context, req ExecRequest) (ExecResult, error) {
 	if len(req.Args) == 0 || req.Args[0] == "" {
 		return ExecResult{}, fmt.Errorf("exec in %s: %w: no command", m.name, errdefs.ErrInvalidArgument)
@@ -102,10 +107,13 @@ func (m *Machine) Exec(ctx context.Context, req ExecRequest) (ExecResult, error)
 	for {
 		select {
 		case <-ctx.Done():
-			return ExecResult{}, fmt.Errorf("exec %q in %s: gave up waiting for guest pid %d, which may still run: %w", req.Args[0], m.name, pid, ctx.Err())
+			return ExecResult{}, m.abandon(ctx, req, pid)
 		case <-timer.C:
 		}
 		res, exited, err := m.guestExecStatus(ctx, pid)
+		if err != nil && ctx.Err() != nil {
+			return ExecResult{}, m.abandon(ctx, req, pid)
+		}
 		if err != nil {
 			return ExecResult{}, &CommandLostError{PID: pid, Err: fmt.Errorf("exec %q in %s: status of guest pid %d: %w", req.Args[0], m.name, pid, err)}
 		}
@@ -115,6 +123,50 @@ func (m *Machine) Exec(ctx context.Context, req ExecRequest) (ExecResult, error)
 		delay = min(2*delay, execPollMax)
 		timer.Reset(delay)
 	}
+}
+
+// abandon is Exec's end when ctx ended first: it kills the command in the
+// guest and returns ctx's error, saying whether the command is gone.
+func (m *Machine) abandon(ctx context.Context, req ExecRequest, pid int) error {
+	err := fmt.Errorf("exec %q in %s: %w", req.Args[0], m.name, ctx.Err())
+	if kerr := m.killGuestCommand(context.WithoutCancel(ctx), pid); kerr != nil {
+		return fmt.Errorf("%w; guest pid %d may still run: killing it: %v", err, pid, kerr)
+	}
+	return fmt.Errorf("%w; guest pid %d killed", err, pid)
+}
+
+// killGuestCommand sends SIGKILL to a command Exec started and waits,
+// at most execKillGrace, until the agent has reaped it. qemu-ga has no
+// command to signal what it started, so the kill is the guest's own
+// shell's builtin, run through guest-exec: it needs no kill binary. The
+// pid is the agent's number, formatted here, so nothing of the guest's
+// reaches the shell's command line but an integer.
+func (m *Machine) killGuestCommand(ctx context.Context, pid int) error {
+	ctx, cancel := context.WithTimeout(ctx, execKillGrace)
+	defer cancel()
+	kill, err := m.guestExec(ctx, ExecRequest{Args: []string{"/bin/sh", "-c", "kill -KILL " + strconv.Itoa(pid)}})
+	if err != nil {
+		return err
+	}
+	// First the kill, then the command: guest-exec-status says exited
+	// once the agent has reaped it, so no process is left behind.
+	for _, p := range []int{kill, pid} {
+		for delay := execPollFirst; ; delay = min(2*delay, execPollMax) {
+			_, exited, err := m.guestExecStatus(ctx, p)
+			if err != nil {
+				return err
+			}
+			if exited {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("guest pid %d still runs after %v", p, execKillGrace)
+			case <-time.After(delay):
+			}
+		}
+	}
+	return nil
 }
 
 // PingAgent asks the guest agent for a guest-ping, waiting at most

@@ -113,6 +113,16 @@ func TestCrictlVMPod(t *testing.T) {
 	pid := qemuPID(t, c, id)
 	httpGet(t, c, ip)
 
+	// An exec that times out (an exec probe's timeoutSeconds): containerd
+	// kills it and waits, and the shim kills the command in the guest
+	// first, so pgrep (which leaves itself out) finds no sleep: exit 1.
+	if _, err := c.Crictl(t, "exec", "-s", "--timeout", "2", id, "sleep", "121"); err == nil {
+		t.Errorf("crictl exec -s --timeout 2 sleep 121 succeeded, want the timeout")
+	}
+	if out, err := c.Crictl(t, "exec", "-s", id, "pgrep", "-f", "sleep 121"); err == nil || !strings.Contains(err.Error(), "exit") || !strings.Contains(err.Error(), " 1") {
+		t.Errorf("pgrep -f 'sleep 121' after the exec timed out: %q, %v; want exit 1, the command gone from the guest", out, err)
+	}
+
 	// containerd restarts; the shim and the VM run on and containerd
 	// reconnects to them.
 	c.Restart(t)
