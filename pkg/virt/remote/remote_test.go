@@ -243,7 +243,15 @@ func startQEMU(t *testing.T) (monitor string, cmd *exec.Cmd) {
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
-	waitFor(t, "QEMU's monitor socket", func() bool { _, err := os.Stat(monitor); return err == nil })
+	// The file is there from QEMU's bind, before its listen: wait for a
+	// connection (QEMU takes the next one once this one closes).
+	waitFor(t, "QEMU's monitor socket", func() bool {
+		c, err := net.Dial("unix", monitor)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
 	return monitor, cmd
 }
 
@@ -348,6 +356,39 @@ func TestWatchDestroys(t *testing.T) {
 				t.Errorf("powerdown after QEMU went = %v, want errNoMonitor", err)
 			}
 		})
+	}
+}
+
+// TestWatchWithoutMonitor: a watch that cannot reach QEMU's monitor
+// refuses a powerdown at once (the caller asks libvirt) instead of waiting
+// for a monitor that will not come, and still destroys through the pidfd.
+func TestWatchWithoutMonitor(t *testing.T) {
+	cmd := exec.Command("sleep", "60") // stands in for a QEMU whose monitor is gone
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+	var mu sync.Mutex
+	var got []virt.Event
+	w := startWatch(handoff{name: "d", monitor: filepath.Join(t.TempDir(), "none.sock"), pid: cmd.Process.Pid}, func(evs ...virt.Event) {
+		mu.Lock()
+		got = append(got, evs...)
+		mu.Unlock()
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := w.powerdown(ctx); !errors.Is(err, errNoMonitor) {
+		t.Fatalf("powerdown with no monitor = %v, want errNoMonitor", err)
+	}
+	if err := w.destroy(ctx); err != nil {
+		t.Fatalf("destroy = %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 || got[0].Type != virt.EventStopped || got[0].Reason != virt.StopDestroyed {
+		t.Errorf("events = %v, want one EventStopped, reason destroyed", got)
 	}
 }
 

@@ -44,6 +44,9 @@ type watch struct {
 	pidfd   int // -1 when the pid could not be opened (QEMU gone)
 	done    chan struct{}
 	ready   chan struct{} // closed once the monitor takes commands (after query-status)
+	// unmonitored is closed once the watch has no monitor any more (it
+	// could not connect, or the monitor closed): no command can go.
+	unmonitored chan struct{}
 
 	wmu sync.Mutex // one command written at a time
 
@@ -55,10 +58,12 @@ type watch struct {
 }
 
 func startWatch(h handoff, deliver func(...virt.Event)) *watch {
-	w := &watch{h: h, deliver: deliver, pidfd: -1, done: make(chan struct{}), ready: make(chan struct{}), reason: h.reason}
+	w := &watch{h: h, deliver: deliver, pidfd: -1, done: make(chan struct{}), ready: make(chan struct{}),
+		unmonitored: make(chan struct{}), reason: h.reason}
 	fd, err := unix.PidfdOpen(h.pid, 0)
 	if err != nil {
 		// Gone since libvirt reported it, with no one to say why.
+		close(w.unmonitored)
 		close(w.done)
 		w.report()
 		return w
@@ -81,14 +86,17 @@ func (w *watch) run() {
 		w.mu.Unlock()
 		if w.stopping.Load() {
 			conn.Close()
+			close(w.unmonitored)
 			return
 		}
 		err = w.follow(conn)
 		conn.Close()
 		if w.stopping.Load() {
+			close(w.unmonitored)
 			return
 		}
 	}
+	close(w.unmonitored)
 	var perr *protocolError
 	switch {
 	case errors.As(err, &perr):
@@ -239,7 +247,7 @@ var errNoMonitor = errors.New("no QEMU monitor to send to")
 func (w *watch) powerdown(ctx context.Context) error {
 	select {
 	case <-w.ready:
-	case <-w.done:
+	case <-w.unmonitored:
 		return errNoMonitor
 	case <-ctx.Done():
 		return ctx.Err()
