@@ -14,7 +14,10 @@
 // it go 5 s after the last, watching QEMU on its monitor meanwhile; or
 // the VM (vmTask), a thin translation of the task API onto a vm.VM: the
 // OCI spec becomes a vm.Request (vmtask.go), Create/Start/Kill/Delete/
-// Stats/Update call the VM's own, its stdio is the guest's serial console
+// Stats/Update call the VM's own (SIGTERM presses the ACPI power button,
+// and again every few seconds until the VM stops, as a booting guest loses
+// a press and containerd sends SIGTERM once; SIGKILL stops it hard), its
+// stdio is the guest's serial console
 // (console.go), and exec processes run commands in the guest through the
 // QEMU guest agent (exec.go). The VM's making and undoing (image, network,
 // devices, cloud-init, overhead, cgroup, domain) is pkg/vm's; the shim

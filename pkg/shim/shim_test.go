@@ -368,6 +368,34 @@ func TestShimStopsWithoutLibvirt(t *testing.T) {
 	e.assertClean(t)
 }
 
+// TestShimStopsBootingGuest: a SIGTERM while the guest boots, before it
+// listens for the ACPI power button, still powers it off: containerd sends
+// SIGTERM once, so the shim presses the button again until the VM stops.
+// The container exits 0, not at the SIGKILL a lost press would wait for.
+func TestShimStopsBootingGuest(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	e := newPodEnv(t)
+	c, qemuPID := e.runPod(t, ctx)
+	// Start has just returned: the guest is in its firmware or kernel.
+	if _, err := c.Kill(ctx, &taskAPI.KillRequest{ID: e.p.vmID, Signal: uint32(syscall.SIGTERM)}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.Wait(ctx, &taskAPI.WaitRequest{ID: e.p.vmID})
+	if err != nil {
+		t.Fatalf("Wait after a SIGTERM while the guest booted: %v; the guest never powered off", err)
+	}
+	if w.ExitStatus != 0 {
+		t.Errorf("exit status %d after a SIGTERM while the guest booted, want 0 (powered off)", w.ExitStatus)
+	}
+	e.stdout.waitFor(t, "VMPOD-GUEST: poweroff", 10*time.Second) // the guest saw the button
+	if !waitGone(int(qemuPID), 10*time.Second) {
+		t.Errorf("QEMU %d still runs after the guest powered off", qemuPID)
+	}
+	e.deletePod(t, ctx, c)
+	e.assertClean(t)
+}
+
 // deletePod does what containerd does when the kubelet removes the pod.
 func (e *podEnv) deletePod(t testing.TB, ctx context.Context, c taskAPI.TTRPCTaskService) {
 	t.Helper()

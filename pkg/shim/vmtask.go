@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	eventstypes "github.com/containerd/containerd/api/events"
@@ -30,6 +31,9 @@ type vmTask struct {
 	console *console
 	task    *task
 	ckpt    checkpoint
+	// pressing: a SIGTERM's power button is being pressed again
+	// (pressAgain).
+	pressing atomic.Bool
 }
 
 // createVM translates the task's OCI spec into a vm.Request and has pkg/vm
@@ -183,7 +187,11 @@ func (v *vmTask) kill(ctx context.Context, sig uint32, created bool) error {
 	}
 	switch unix.Signal(sig) {
 	case unix.SIGTERM, unix.SIGINT:
-		return v.vm.Shutdown(ctx)
+		if err := v.vm.Shutdown(ctx); err != nil {
+			return err
+		}
+		v.pressAgain(ctx)
+		return nil
 	case unix.SIGKILL:
 		return v.vm.Kill(ctx)
 	case 0:
@@ -192,6 +200,30 @@ func (v *vmTask) kill(ctx context.Context, sig uint32, created bool) error {
 		return fmt.Errorf("signal %d: a VM takes SIGTERM or SIGINT (ACPI power button) and SIGKILL (hard stop): %w",
 			sig, errdefs.ErrInvalidArgument)
 	}
+}
+
+// shutdownPressFor bounds how long a SIGTERM's power button is pressed
+// again: past the grace period a kubelet gives by default (30 s) and any
+// guest's boot, after which one press is heard.
+const shutdownPressFor = 10 * time.Minute
+
+// pressAgain presses the power button again, in the background, until the
+// VM stops (vm.VM.PressUntilStopped), for at most shutdownPressFor: a
+// guest still booting when containerd sends SIGTERM loses that press, and
+// containerd sends SIGTERM once, then SIGKILL when its grace period ends.
+// One loop per VM, however many SIGTERMs come.
+func (v *vmTask) pressAgain(ctx context.Context) {
+	if !v.pressing.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer v.pressing.Store(false)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownPressFor)
+		defer cancel()
+		if _, err := v.vm.PressUntilStopped(ctx); err != nil && ctx.Err() == nil {
+			log.G(ctx).WithError(err).Warnf("VM of %s: pressing the power button again", v.task.id)
+		}
+	}()
 }
 
 func (v *vmTask) pause(ctx context.Context) error      { return v.vm.Suspend(ctx) }

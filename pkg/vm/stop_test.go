@@ -76,3 +76,29 @@ func TestShutdownWithin(t *testing.T) {
 		t.Errorf("caller gone: %v, want its context's error", err)
 	}
 }
+
+// TestPressUntilStopped: after a first press, the button is pressed again
+// every shutdownRepress until the guest powers off; a press that finds the
+// VM gone is no error, a failing press ends it, and so does ctx.
+func TestPressUntilStopped(t *testing.T) {
+	defer func(d time.Duration) { shutdownRepress = d }(shutdownRepress)
+	shutdownRepress = 20 * time.Millisecond
+	ctx := context.Background()
+
+	g := &fakeGuest{off: 3, stopped: make(chan struct{}), presses: 1} // the first press was Shutdown's
+	if _, err := pressUntilStopped(ctx, g.press, g.wait); err != nil || g.presses != 3 {
+		t.Errorf("guest listening from the 3rd press: %v after %d presses, want stopped after 3", err, g.presses)
+	}
+
+	g = &fakeGuest{stopped: make(chan struct{}), pressErr: fmt.Errorf("domain x: %w", errdefs.ErrNotFound)}
+	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if _, err := pressUntilStopped(cctx, g.press, g.wait); !errors.Is(err, context.DeadlineExceeded) || g.presses < 2 {
+		t.Errorf("VM gone, its stop not yet seen: %v after %d presses, want pressing on (and waiting) until ctx ends", err, g.presses)
+	}
+
+	g = &fakeGuest{stopped: make(chan struct{}), pressErr: errors.New("libvirt broke")}
+	if _, err := pressUntilStopped(ctx, g.press, g.wait); err == nil || g.presses != 1 {
+		t.Errorf("failing press: %v after %d presses, want its error at once", err, g.presses)
+	}
+}

@@ -292,26 +292,35 @@ var (
 )
 
 // shutdownWithin presses the power button (press) and waits (wait) up to
-// grace for the VM to stop, pressing again every shutdownRepress. It
-// fails with errNotRunning when the first press finds no running VM
-// (NotFound, FailedPrecondition), errGraceOver when the grace passed,
-// press's other errors, or ctx's.
+// grace for the VM to stop, pressing again every shutdownRepress
+// (pressUntilStopped). It fails with errNotRunning when the first press
+// finds no running VM (NotFound, FailedPrecondition), errGraceOver when
+// the grace passed, press's other errors, or ctx's.
 func shutdownWithin(ctx context.Context, grace time.Duration, press func(context.Context) error,
 	wait func(context.Context) (Exit, error)) (Exit, error) {
-	deadline := time.Now().Add(grace)
-	for first := true; ; first = false {
-		if err := press(ctx); err != nil {
-			notRunning := errdefs.IsNotFound(err) || errdefs.IsFailedPrecondition(err)
-			switch {
-			case notRunning && first:
-				return Exit{}, errNotRunning
-			case !notRunning:
-				return Exit{}, err
-			}
-			// Gone after an earlier press: its stop is on its way.
+	if err := press(ctx); err != nil {
+		if notRunning(err) {
+			return Exit{}, errNotRunning
 		}
-		left := time.Until(deadline)
-		wctx, cancel := context.WithTimeout(ctx, min(left, shutdownRepress))
+		return Exit{}, err
+	}
+	gctx, cancel := context.WithTimeout(ctx, grace)
+	defer cancel()
+	exit, err := pressUntilStopped(gctx, press, wait)
+	if err != nil && ctx.Err() == nil && gctx.Err() != nil {
+		return Exit{}, errGraceOver
+	}
+	return exit, err
+}
+
+// pressUntilStopped waits for the VM to stop after a press, pressing again
+// every shutdownRepress, until it stops (its exit) or ctx ends (ctx's
+// error). A press that finds the VM not running is no error: its stop is
+// on its way; another error of press ends it.
+func pressUntilStopped(ctx context.Context, press func(context.Context) error,
+	wait func(context.Context) (Exit, error)) (Exit, error) {
+	for {
+		wctx, cancel := context.WithTimeout(ctx, shutdownRepress)
 		exit, err := wait(wctx)
 		cancel()
 		if err == nil {
@@ -320,10 +329,24 @@ func shutdownWithin(ctx context.Context, grace time.Duration, press func(context
 		if ctx.Err() != nil {
 			return Exit{}, ctx.Err()
 		}
-		if left <= shutdownRepress {
-			return Exit{}, errGraceOver
+		if err := press(ctx); err != nil && !notRunning(err) {
+			return Exit{}, err
 		}
 	}
+}
+
+// notRunning says a press found no running VM.
+func notRunning(err error) bool { return errdefs.IsNotFound(err) || errdefs.IsFailedPrecondition(err) }
+
+// PressUntilStopped follows a Shutdown: it waits for the VM to stop,
+// pressing the power button again every shutdownRepress, and returns its
+// exit, or ctx's error once ctx ends. A guest still booting loses a press
+// made before it listens for the button; Stop presses again for that
+// reason, and a front door whose caller owns the grace period
+// (containerd's SIGTERM, then SIGKILL at its end) runs this after its
+// Shutdown, for as long as it likes.
+func (v *VM) PressUntilStopped(ctx context.Context) (Exit, error) {
+	return pressUntilStopped(ctx, v.Shutdown, v.Wait)
 }
 
 // Suspend stops the guest's vCPUs; Resume lets them run again.
