@@ -357,8 +357,16 @@ func TestShimStopsWithoutLibvirt(t *testing.T) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+	e.poweredOff(t, ctx, c, w, qemuPID)
+}
+
+// poweredOff checks a VM's exit after the ACPI power button: status 0, the
+// guest's "poweroff" line, QEMU gone; then deletes the pod and checks that
+// nothing is left.
+func (e *podEnv) poweredOff(t *testing.T, ctx context.Context, c taskAPI.TTRPCTaskService, w *taskAPI.WaitResponse, qemuPID uint32) {
+	t.Helper()
 	if w.ExitStatus != 0 {
-		t.Errorf("exit status %d after the ACPI power button, want 0", w.ExitStatus)
+		t.Errorf("exit status %d after the ACPI power button, want 0 (the guest powered off)", w.ExitStatus)
 	}
 	e.stdout.waitFor(t, "VMPOD-GUEST: poweroff", 10*time.Second) // the guest saw the button
 	if !waitGone(int(qemuPID), 10*time.Second) {
@@ -385,15 +393,7 @@ func TestShimStopsBootingGuest(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Wait after a SIGTERM while the guest booted: %v; the guest never powered off", err)
 	}
-	if w.ExitStatus != 0 {
-		t.Errorf("exit status %d after a SIGTERM while the guest booted, want 0 (powered off)", w.ExitStatus)
-	}
-	e.stdout.waitFor(t, "VMPOD-GUEST: poweroff", 10*time.Second) // the guest saw the button
-	if !waitGone(int(qemuPID), 10*time.Second) {
-		t.Errorf("QEMU %d still runs after the guest powered off", qemuPID)
-	}
-	e.deletePod(t, ctx, c)
-	e.assertClean(t)
+	e.poweredOff(t, ctx, c, w, qemuPID)
 }
 
 // deletePod does what containerd does when the kubelet removes the pod.
