@@ -42,10 +42,13 @@ func (s *Server) CreateContainer(ctx context.Context, r *runtimeapi.CreateContai
 				"sandbox %s has container %s (%s) %s: a VM pod has exactly one container", sbRec.ID, o.Name, o.ID, o.State)
 		}
 	}
-	img, ok := s.images.Get(cfg.GetImage().GetImage())
-	if !ok {
-		return nil, errorf(errdefs.ErrNotFound, "image %q is not pulled", cfg.GetImage().GetImage())
+	// Held until the container is in s.containers (the deferred release
+	// runs after it is), so RemoveImage cannot take it in between.
+	img, release, err := s.useImage(cfg.GetImage().GetImage())
+	if err != nil {
+		return nil, err
 	}
+	defer release()
 	rootfs, err := s.images.Rootfs(img.ID)
 	if err != nil {
 		return nil, err

@@ -44,7 +44,9 @@
 //     auth; stored by config digest under <state root>/images (record
 //     <algo>/<hex>.json, files <algo>/<hex>/rootfs), unpacked once through
 //     internal/untar and made read-only; ListImages, ImageStatus,
-//     RemoveImage (refused while a container names the image),
+//     RemoveImage (refused while a container names the image or is
+//     being made from it: useImage holds it from CreateContainer's lookup
+//     until the container is in the server's table),
 //     ImageFsInfo. Sizes are what the unpacked image takes on disk
 //     (st_blocks), not the compressed layers.
 //   - RunPodSandbox (pod dir, resolv.conf from the DNS config, netns
@@ -188,8 +190,7 @@
 //     the guest runs, and QEMU entering the pod's namespace in its jailer
 //     (jail.Spec) before it execs.
 //   - Images: pulls are serialized (one unpack at a time), no per-layer
-//     dedup, no pull progress; RemoveImage's in-use check races with a
-//     CreateContainer of the same image.
+//     dedup, no pull progress.
 //
 // Under a kubelet (hack/local-up.sh's second node, VM-only: no containerd;
 // test/e2e's TestCRINode): a VM pod placed there by the scheduler runs, its

@@ -37,6 +37,12 @@ type Server struct {
 	names      map[string]string // reserved sandbox and container names -> id
 	stream     streaming.Server  // once Serve started it
 
+	// imageMu orders RemoveImage with the containers being made:
+	// imageHolds counts, by image ID, the CreateContainer calls that
+	// hold an image (useImage) and are not yet in containers.
+	imageMu    sync.Mutex
+	imageHolds map[string]int
+
 	hvMu sync.Mutex
 	conn *libvirt.Conn
 	env  vm.Env // Runtime and Host; the Jail is each pod's
