@@ -12,12 +12,7 @@ import (
 // Idempotence specs); a server with no VM opens no libvirt for it.
 func TestAbsentIsNoError(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	s, err := New(ctx, Config{StateRoot: dir, NetnsDir: dir + "/netns", CNIConfDir: dir + "/cni"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := newIdleServer(t)
 	const absent = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	for name, call := range map[string]func() error{
 		"StopPodSandbox": func() error {
@@ -45,4 +40,17 @@ func TestAbsentIsNoError(t *testing.T) {
 			t.Errorf("%s of an absent object: %v, want no error", name, err)
 		}
 	}
+}
+
+// newIdleServer is a server with its state in a temporary dir and no VM
+// (so no libvirt), closed when the test ends.
+func newIdleServer(t *testing.T) *Server {
+	t.Helper()
+	dir := t.TempDir()
+	s, err := New(context.Background(), Config{StateRoot: dir, NetnsDir: dir + "/netns", CNIConfDir: dir + "/cni"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }

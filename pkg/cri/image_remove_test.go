@@ -16,12 +16,7 @@ import (
 // container is in the server's table), and removes it once released.
 func TestRemoveImageWhileCreating(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	s, err := New(ctx, Config{StateRoot: dir, NetnsDir: dir + "/netns", CNIConfDir: dir + "/cni"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := newIdleServer(t)
 	// A stored image, as a pull leaves its record.
 	const ref = "localhost/vmpod/held:v1"
 	img := &image{ID: "sha256:" + strings.Repeat("ab", 32), RepoTags: []string{ref}}
