@@ -48,9 +48,6 @@ func (s *Server) useImage(ref string) (_ image, release func(), _ error) {
 	if !ok {
 		return image{}, nil, errorf(errdefs.ErrNotFound, "image %q is not pulled", ref)
 	}
-	if s.imageHolds == nil {
-		s.imageHolds = map[string]int{}
-	}
 	s.imageHolds[img.ID]++
 	return img, func() {
 		s.imageMu.Lock()

@@ -71,7 +71,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, images: images, net: newCNINetwork(cfg),
-		sandboxes: map[string]*sandbox{}, containers: map[string]*container{}, names: map[string]string{}}
+		sandboxes: map[string]*sandbox{}, containers: map[string]*container{}, names: map[string]string{},
+		imageHolds: map[string]int{}}
 	s.recover(ctx)
 	return s, nil
 }

@@ -101,21 +101,35 @@ func (m *Machine) Exec(ctx context.Context, req ExecRequest) (ExecResult, error)
 	if err != nil {
 		return ExecResult{}, fmt.Errorf("exec %q in %s: %w", req.Args[0], m.name, err)
 	}
+	res, err := m.waitExited(ctx, pid)
+	switch {
+	case err == nil:
+		return res, nil
+	case ctx.Err() != nil:
+		return ExecResult{}, m.abandon(ctx, req, pid)
+	default:
+		return ExecResult{}, &CommandLostError{PID: pid, Err: fmt.Errorf("exec %q in %s: status of guest pid %d: %w", req.Args[0], m.name, pid, err)}
+	}
+}
+
+// waitExited polls guest-exec-status for pid, fast at first and backing
+// off to execPollMax, until pid has exited (how) or ctx ends (ctx's error).
+func (m *Machine) waitExited(ctx context.Context, pid int) (ExecResult, error) {
 	delay := execPollFirst
 	timer := time.NewTimer(delay)
 	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return ExecResult{}, m.abandon(ctx, req, pid)
+			return ExecResult{}, ctx.Err()
 		case <-timer.C:
 		}
 		res, exited, err := m.guestExecStatus(ctx, pid)
 		if err != nil && ctx.Err() != nil {
-			return ExecResult{}, m.abandon(ctx, req, pid)
+			return ExecResult{}, ctx.Err()
 		}
 		if err != nil {
-			return ExecResult{}, &CommandLostError{PID: pid, Err: fmt.Errorf("exec %q in %s: status of guest pid %d: %w", req.Args[0], m.name, pid, err)}
+			return ExecResult{}, err
 		}
 		if exited {
 			return res, nil
@@ -151,19 +165,11 @@ func (m *Machine) killGuestCommand(ctx context.Context, pid int) error {
 	// First the kill, then the command: guest-exec-status says exited
 	// once the agent has reaped it, so no process is left behind.
 	for _, p := range []int{kill, pid} {
-		for delay := execPollFirst; ; delay = min(2*delay, execPollMax) {
-			_, exited, err := m.guestExecStatus(ctx, p)
-			if err != nil {
-				return err
-			}
-			if exited {
-				break
-			}
-			select {
-			case <-ctx.Done():
+		if _, err := m.waitExited(ctx, p); err != nil {
+			if ctx.Err() != nil {
 				return fmt.Errorf("guest pid %d still runs after %v", p, execKillGrace)
-			case <-time.After(delay):
 			}
+			return err
 		}
 	}
 	return nil

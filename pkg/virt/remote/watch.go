@@ -79,24 +79,11 @@ func (w *watch) logger() *log.Entry {
 
 func (w *watch) run() {
 	defer close(w.done)
-	conn, err := net.DialTimeout("unix", w.h.monitor, 10*time.Second)
-	if err == nil {
-		w.mu.Lock()
-		w.conn = conn
-		w.mu.Unlock()
-		if w.stopping.Load() {
-			conn.Close()
-			close(w.unmonitored)
-			return
-		}
-		err = w.follow(conn)
-		conn.Close()
-		if w.stopping.Load() {
-			close(w.unmonitored)
-			return
-		}
-	}
+	let, err := w.monitor()
 	close(w.unmonitored)
+	if let {
+		return
+	}
 	var perr *protocolError
 	switch {
 	case errors.As(err, &perr):
@@ -113,6 +100,25 @@ func (w *watch) run() {
 		w.waitExit(-1)
 	}
 	w.report()
+}
+
+// monitor connects to QEMU's monitor and follows it until it closes; let
+// says the watch was let go (stopping) meanwhile, and err why the monitor
+// ended (nil: QEMU closed it).
+func (w *watch) monitor() (let bool, err error) {
+	conn, err := net.DialTimeout("unix", w.h.monitor, 10*time.Second)
+	if err != nil {
+		return false, err
+	}
+	w.mu.Lock()
+	w.conn = conn
+	w.mu.Unlock()
+	defer conn.Close()
+	if w.stopping.Load() {
+		return true, nil
+	}
+	err = w.follow(conn)
+	return w.stopping.Load(), err
 }
 
 // protocolError is a monitor that does not speak QMP.
