@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
@@ -209,10 +210,38 @@ func configOptions(p Pod) []dhcpv4.Modifier {
 		mods = append(mods, dhcpv4.WithOption(dhcpv4.OptDomainName(p.DNS.Search[0])),
 			dhcpv4.WithDomainSearchList(p.DNS.Search...))
 	}
+	if opts := resolvOptions(p.DNS.Options); opts != "" {
+		mods = append(mods, dhcpv4.WithOption(dhcpv4.OptGeneric(OptionResolvOptions, []byte(opts))))
+	}
 	if p.Hostname != "" {
 		mods = append(mods, dhcpv4.WithOption(dhcpv4.OptHostName(p.Hostname)))
 	}
 	return mods
+}
+
+// OptionResolvOptions is the DHCP option that carries the pod's resolver
+// options (resolv.conf's "options" line, e.g. "ndots:5"), which no standard
+// option does: 224, the first of the site-specific codes (RFC 3942), as
+// text, the options separated by spaces. A guest whose DHCP client asks
+// for it writes them into its resolv.conf (the test guest's udhcpc script
+// does; docs/containerdisk.md shows dhclient's and systemd-networkd's
+// ways); others ignore it.
+const OptionResolvOptions = dhcpv4.GenericOptionCode(224)
+
+// resolvOptions is the option's text: as many whole options as fit in
+// one DHCP option (255 bytes).
+func resolvOptions(opts []string) string {
+	var b strings.Builder
+	for _, o := range opts {
+		if b.Len()+len(o)+1 > 255 {
+			break
+		}
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(o)
+	}
+	return b.String()
 }
 
 // classlessRoutes is option 121, sent only when the router option alone

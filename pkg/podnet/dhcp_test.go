@@ -33,6 +33,7 @@ type lease struct {
 	Hostname   string
 	DomainName string
 	Search     []string
+	Options    string
 	LeaseTime  time.Duration
 	ServerID   string
 }
@@ -62,6 +63,7 @@ func leaseOf(m *dhcpv4.DHCPv4) lease {
 	if s := m.DomainSearch(); s != nil {
 		l.Search = s.Labels
 	}
+	l.Options = string(m.GetOneOption(podnet.OptionResolvOptions))
 	if id := m.ServerIdentifier(); id != nil {
 		l.ServerID = id.String()
 	}
@@ -134,6 +136,7 @@ func TestDHCP(t *testing.T) {
 		Hostname:   "web-0",
 		DomainName: "default.svc.cluster.local",
 		Search:     []string{"default.svc.cluster.local", "svc.cluster.local", "cluster.local"},
+		Options:    "ndots:5",
 		LeaseTime:  podnet.LeaseTime,
 		ServerID:   "10.244.0.1",
 	}

@@ -133,7 +133,12 @@ func TestResolvConf(t *testing.T) {
 		want: podnet.DNS{
 			Servers: []netip.Addr{netip.MustParseAddr("10.96.0.10")},
 			Search:  []string{"default.svc.cluster.local", "svc.cluster.local", "cluster.local"},
+			Options: []string{"ndots:5"},
 		},
+	}, {
+		name: "options: every line, in order; not a plain word: dropped",
+		text: "options ndots:2 edns0\noptions timeout:1 bad\\x ok_too attempts:3\n",
+		want: podnet.DNS{Options: []string{"ndots:2", "edns0", "timeout:1", "ok_too", "attempts:3"}},
 	}, {
 		name: "comments, IPv6 servers dropped, last search wins",
 		text: "# generated\n; old style comment\nnameserver 10.0.0.2 # primary\nnameserver fd00::10\nnameserver 10.0.0.3\n" +

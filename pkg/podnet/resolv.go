@@ -15,15 +15,19 @@ type DNS struct {
 	Servers []netip.Addr
 	// Search is the search list, in order.
 	Search []string
+	// Options are the resolver options (ndots:5, timeout:2...), sent in
+	// the site-specific option OptionResolvOptions.
+	Options []string
 }
 
 // ResolvConf reads the DNS settings the kubelet wrote for the pod, a
 // resolv.conf(5) file.
 //
-// Only what DHCP can carry is kept: "nameserver" lines with IPv4 addresses
-// and the search list ("search", or the older "domain"; the last of them
-// wins, as in the resolver). "options" (Kubernetes sets ndots:5) has no DHCP
-// option and is dropped: the guest resolves with its own defaults.
+// Kept: "nameserver" lines with IPv4 addresses, the search list ("search",
+// or the older "domain"; the last of them wins, as in the resolver) and
+// the "options" (all lines, in order, as the resolver reads them). An
+// option that is not a plain word (letters, digits, ':', '.', '-', '_') is
+// dropped: the guest writes them into its resolv.conf.
 func ResolvConf(path string) (DNS, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -59,7 +63,27 @@ func parseResolvConf(r io.Reader) (DNS, error) {
 			dns.Search = append([]string(nil), fields[1:]...)
 		case "domain":
 			dns.Search = []string{fields[1]}
+		case "options":
+			for _, o := range fields[1:] {
+				if plainOption(o) {
+					dns.Options = append(dns.Options, o)
+				}
+			}
 		}
 	}
 	return dns, sc.Err()
+}
+
+// plainOption says whether a resolver option is a plain word that a guest
+// can write into resolv.conf as it is.
+func plainOption(o string) bool {
+	if o == "" || len(o) > 64 {
+		return false
+	}
+	for _, c := range o {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune(":.-_", c)) {
+			return false
+		}
+	}
+	return true
 }

@@ -45,7 +45,6 @@ var critestSkips = []struct{ spec, reason string }{
 	{`should support log runtime should support starting container with log`, "the log is the command's (echo) output; a VM runs its own init, its log is the serial console"},
 	{`should support streaming interfaces runtime should support attach`, "attach talks to the command's shell (sh) on stdin; a VM's attach is its serial console"},
 	{`exec with tty=true`, "the guest agent gives a command pipes, never a terminal: vmpod refuses a TTY exec (attach is the console)"},
-	{`should support DNS config`, "a VM gets the pod's DNS by DHCP (servers, search list); resolv.conf options (ndots) have no DHCP option, and the guest writes its own resolv.conf"},
 	// Host mounts: a VM gets disks, not bind mounts.
 	{`Container Mount Propagation`, "host mounts propagated into a container's mount namespace; a VM sees no host mount"},
 	{`Container Mount Readonly`, "recursive read-only bind mounts; a VM sees no host mount"},
