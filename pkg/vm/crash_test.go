@@ -105,3 +105,24 @@ func TestQEMUKilled(t *testing.T) {
 	}
 	g.delete(t)
 }
+
+// TestQEMUTerminated: a QEMU stopped by a signal it catches (SIGTERM,
+// not from the runtime) stops cleanly, saying only that a host signal
+// stopped it: the VM is Killed, 137, not a guest power-off.
+func TestQEMUTerminated(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	g := startGuest(ctx, t, "noagent-pod.yaml", nil)
+	g.console.waitFor(ctx, t, "VMPOD-GUEST: init")
+	if err := syscall.Kill(g.pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	exit, err := g.m.Wait(ctx)
+	if err != nil {
+		t.Fatalf("Wait after QEMU was terminated: %v", err)
+	}
+	if exit.Status != 137 || exit.Reason != "Killed" {
+		t.Errorf("exit = %+v, want 137 Killed", exit)
+	}
+	g.delete(t)
+}

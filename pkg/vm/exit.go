@@ -60,7 +60,7 @@ func exitFor(r virt.StopReason, killed bool, ws unix.WaitStatus, known bool) Exi
 		if killed {
 			return Exit{Status: 128 + uint32(unix.SIGKILL), Reason: "Killed", Message: "stopped hard on request"}
 		}
-		return Exit{Status: 128 + uint32(unix.SIGKILL), Reason: "Killed", Message: "the VM was stopped hard"}
+		return Exit{Status: 128 + uint32(unix.SIGKILL), Reason: "Killed", Message: "the VM was stopped hard, not on the runtime's request"}
 	case virt.StopCrashed:
 		return Exit{Status: ExitGuestPanicked, Reason: "GuestPanicked", Message: "the guest kernel panicked"}
 	case virt.StopFailed:

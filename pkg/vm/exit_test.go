@@ -25,7 +25,7 @@ func TestExitFor(t *testing.T) {
 		{"guest power-off", virt.StopGuestShutdown, false, exited0, true, Exit{0, "Completed", "the guest powered off"}},
 		{"guest panic", virt.StopCrashed, false, exited0, true, Exit{2, "GuestPanicked", "the guest kernel panicked"}},
 		{"hard stop asked for", virt.StopDestroyed, true, killed9, true, Exit{137, "Killed", "stopped hard on request"}},
-		{"QEMU caught a signal", virt.StopDestroyed, false, exited0, true, Exit{137, "Killed", "the VM was stopped hard"}},
+		{"QEMU caught a signal", virt.StopDestroyed, false, exited0, true, Exit{137, "Killed", "the VM was stopped hard, not on the runtime's request"}},
 		{"QEMU SIGKILLed", virt.StopFailed, false, killed9, true, Exit{137, "QEMUKilled", "QEMU was killed by SIGKILL"}},
 		{"QEMU SIGKILLed after a stop was asked", virt.StopFailed, true, killed9, true, Exit{137, "QEMUKilled", "QEMU was killed by SIGKILL"}},
 		{"QEMU crashed", virt.StopFailed, false, segv, true, Exit{139, "QEMUKilled", "QEMU was killed by SIGSEGV (core dumped)"}},

@@ -78,8 +78,9 @@ type Machine struct {
 	mu       sync.Mutex
 	exit     Exit
 	killed   bool
-	stopping bool      // its stop is known, its exit being worked out
-	qemu     *qemuProc // QEMU's pidfd, from Start (or Adopt) to its exit
+	stopping bool            // its stop is known, its exit being worked out
+	shutdown virt.StopReason // who QEMU last said asked it to shut down
+	qemu     *qemuProc       // QEMU's pidfd, from Start (or Adopt) to its exit
 }
 
 // Create prepares the VM's files and defines its domain. On error nothing
@@ -189,6 +190,12 @@ func (m *Machine) stopped(r virt.StopReason) {
 		return // a VM stops once per Start
 	}
 	m.stopping = true
+	if r == virt.StopGuestShutdown && m.shutdown == virt.StopDestroyed {
+		// A signal QEMU catches (SIGTERM, SIGINT, SIGHUP) makes it say
+		// SHUTDOWN from the host and exit cleanly; libvirt then reports
+		// the stop as a shutdown, as if the guest had powered off.
+		r = virt.StopDestroyed
+	}
 	killed, qemu := m.killed, m.qemu
 	m.mu.Unlock()
 	if qemu == nil || !uncertain(r) {
@@ -199,6 +206,14 @@ func (m *Machine) stopped(r virt.StopReason) {
 		ws, known := qemu.status(qemuStatusWait)
 		m.finish(exitFor(r, killed, ws, known))
 	}()
+}
+
+// shuttingDown records who QEMU says asked it to shut down (EventShutdown):
+// the guest, or the host (a signal).
+func (m *Machine) shuttingDown(r virt.StopReason) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.shutdown = r
 }
 
 // finish records the VM's exit, ends the serial console with a line
