@@ -1,7 +1,11 @@
 package vm
 
 import (
+	"os/exec"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
@@ -73,6 +77,50 @@ func TestParseZombieStat(t *testing.T) {
 			ws, ok := parseZombieStat(tt.stat)
 			if ws != tt.ws || ok != tt.ok {
 				t.Errorf("parseZombieStat = %v, %v; want %v, %v", ws, ok, tt.ws, tt.ok)
+			}
+		})
+	}
+}
+
+// TestQEMUProcStatus: the wait status of a process that is not the
+// caller's child (as QEMU is not: libvirt daemonizes it), from the kernel.
+func TestQEMUProcStatus(t *testing.T) {
+	tests := []struct {
+		name   string
+		script string // runs in the background of a shell that exits at once
+		kill   bool
+		check  func(unix.WaitStatus) bool
+	}{
+		{"killed", "sleep 100", true, func(ws unix.WaitStatus) bool { return ws.Signaled() && ws.Signal() == unix.SIGKILL }},
+		{"exited", "sleep 0.5; exit 3", false, func(ws unix.WaitStatus) bool { return ws.Exited() && ws.ExitStatus() == 3 }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := exec.Command("sh", "-c", "sh -c '"+tt.script+"' >/dev/null 2>&1 & echo $!").Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = unix.Kill(pid, unix.SIGKILL) })
+			p := openQEMU(pid)
+			if p == nil {
+				t.Fatalf("no pidfd on %d", pid)
+			}
+			defer p.close()
+			if tt.kill {
+				if err := unix.Kill(pid, unix.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ws, ok := p.status(10 * time.Second)
+			if !ok {
+				t.Skip("this kernel keeps no exit status with a pidfd, and init reaped the process before it was read")
+			}
+			if !tt.check(ws) {
+				t.Errorf("wait status %#x (exited %v, status %d, signaled %v, signal %v)", uint32(ws), ws.Exited(), ws.ExitStatus(), ws.Signaled(), ws.Signal())
 			}
 		})
 	}
