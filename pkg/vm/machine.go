@@ -197,12 +197,15 @@ func (m *Machine) stopped(r virt.StopReason) {
 		r = virt.StopDestroyed
 	}
 	killed, qemu := m.killed, m.qemu
+	m.qemu = nil // this stop's from now on: a Delete meanwhile leaves it
 	m.mu.Unlock()
 	if qemu == nil || !uncertain(r) {
+		qemu.close()
 		m.finish(exitFor(r, killed, 0, false))
 		return
 	}
 	go func() {
+		defer qemu.close()
 		ws, known := qemu.status(qemuStatusWait)
 		m.finish(exitFor(r, killed, ws, known))
 	}()
