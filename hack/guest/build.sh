@@ -74,10 +74,13 @@ image=localhost/vmpod/test-guest:v1
 
 # Modules /init loads, in this order, each after its dependencies (resolved
 # below). The ACPI power button comes first so that a shutdown request during
-# the rest of the boot is not lost. Everything else the guest needs is built
-# into Debian's kernel: the 8250 serial console, devtmpfs, AF_PACKET (udhcpc),
-# unix sockets, IPv4, the initramfs decompressors.
-modules=(button evdev virtio_pci virtio_blk virtio_net virtio_console ext4)
+# the rest of the boot is not lost. pvpanic-mmio drives the VM's ISA pvpanic
+# device (ACPI QEMU0001): a guest kernel panic then tells QEMU, which ends
+# the VM (no udev here to load it by its ACPI alias). Everything else the
+# guest needs is built into Debian's kernel: the 8250 serial console,
+# devtmpfs, AF_PACKET (udhcpc), unix sockets, IPv4, the initramfs
+# decompressors, magic SysRq (/proc/sysrq-trigger).
+modules=(button evdev pvpanic-mmio virtio_pci virtio_blk virtio_net virtio_console ext4)
 
 log() { echo "guest: $*" >&2; }
 die() {

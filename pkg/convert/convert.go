@@ -85,6 +85,7 @@ func steps(s vmspec.Spec, h host.Host, accel host.Accel, p Paths) []step {
 		{"features", func(d *libvirtxml.Domain) error { return features(d) }},
 		{"devices", func(d *libvirtxml.Domain) error { return platformDevices(d) }},
 		{"lifecycle", func(d *libvirtxml.Domain) error { return lifecycle(d) }},
+		{"crash", func(d *libvirtxml.Domain) error { return crash(d) }},
 	}
 }
 

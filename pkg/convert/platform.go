@@ -40,12 +40,11 @@ func features(d *libvirtxml.Domain) error {
 }
 
 // platformDevices adds what every VM pod has and drops what none needs:
-// pvpanic so a guest kernel panic is reported as a crash rather than a hang,
 // a virtio RNG so guests do not stall on entropy at boot, and no USB, no
-// graphics, no video: the console is the serial port.
+// graphics, no video: the console is the serial port. (The panic device
+// is the crash step's.)
 func platformDevices(d *libvirtxml.Domain) error {
 	dev := devices(d)
-	dev.Panics = append(dev.Panics, libvirtxml.DomainPanic{Model: "isa"})
 	dev.RNGs = append(dev.RNGs, libvirtxml.DomainRNG{
 		Model:   "virtio",
 		Backend: &libvirtxml.DomainRNGBackend{Random: &libvirtxml.DomainRNGBackendRandom{Device: "/dev/urandom"}},
@@ -56,11 +55,10 @@ func platformDevices(d *libvirtxml.Domain) error {
 }
 
 // lifecycle maps guest events to what a container runtime expects: guest
-// poweroff ends the VM (exit 0), a guest reboot stays inside the pod, and a
-// crash ends it (non-zero exit) so the kubelet's restart policy decides.
+// poweroff ends the VM (exit 0) and a guest reboot stays inside the pod.
+// (A crash is the crash step's.)
 func lifecycle(d *libvirtxml.Domain) error {
 	d.OnPoweroff = "destroy"
 	d.OnReboot = "restart"
-	d.OnCrash = "destroy"
 	return nil
 }

@@ -245,7 +245,15 @@ func TestSteps(t *testing.T) {
 		{
 			name:  "lifecycle",
 			apply: lifecycle,
-			want:  libvirtxml.Domain{OnPoweroff: "destroy", OnReboot: "restart", OnCrash: "destroy"},
+			want:  libvirtxml.Domain{OnPoweroff: "destroy", OnReboot: "restart"},
+		},
+		{
+			name:  "a panic ends the VM: pvpanic, and on_crash destroys",
+			apply: crash,
+			want: libvirtxml.Domain{
+				OnCrash: "destroy",
+				Devices: &libvirtxml.DomainDeviceList{Panics: []libvirtxml.DomainPanic{{Model: "isa"}}},
+			},
 		},
 	}
 	for _, tt := range tests {

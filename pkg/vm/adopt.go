@@ -139,6 +139,10 @@ func (rt *Runtime) adopt(ctx context.Context, name string, l Layout, console boo
 	defer func() {
 		if retErr != nil {
 			rt.remove(m)
+			m.mu.Lock()
+			m.qemu.close()
+			m.qemu = nil
+			m.mu.Unlock()
 		}
 	}()
 	info, err := rt.hv.Info(ctx, name)
@@ -149,6 +153,7 @@ func (rt *Runtime) adopt(ctx context.Context, name string, l Layout, console boo
 		m.stoppedUnwatched(info.Reason)
 		return m, nil
 	}
+	m.watchQEMU(info.PID)
 	if m.consoleSocket != "" {
 		c, err := attachConsole(m.consoleSocket, l.ConsoleLog(), logBytes, out, true)
 		if err != nil {
@@ -168,10 +173,9 @@ func (m *Machine) stoppedUnwatched(r virt.StopReason) {
 		// libvirt records any QEMU exit it did not watch as crashed.
 		r = virt.StopFailed
 	}
-	m.stopped(r)
-	m.mu.Lock()
-	m.exit.Message += " (while the runtime was not running)"
-	m.mu.Unlock()
+	e := exitFor(r, false, 0, false)
+	e.Message += " (while the runtime was not running)"
+	m.finish(e)
 }
 
 // take registers m, unless a Machine of its name is registered already:

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -27,7 +28,15 @@ type console struct {
 	log  *rotatingLog
 	out  io.Writer
 	done chan struct{}
+	// note is the line the console ends with, once the VM's exit is
+	// known ("" for none); closing is set by close (nothing to wait for).
+	note    chan string
+	closing atomic.Bool
 }
+
+// noteWait bounds how long the console, at QEMU's end of the stream,
+// waits for the VM's exit to be known for its last line.
+const noteWait = 5 * time.Second
 
 // attachConsole connects to socket; out may be nil. With keepLog the log
 // goes on after what it holds (a console taken over after a restart);
@@ -51,36 +60,71 @@ func attachConsole(socket, logPath string, logBytes int64, out io.Writer, keepLo
 		conn.Close()
 		return nil, fmt.Errorf("serial log: %v: %w", err, errdefs.ErrInternal)
 	}
-	c := &console{conn: conn, log: log, out: out, done: make(chan struct{})}
+	c := &console{conn: conn, log: log, out: out, done: make(chan struct{}), note: make(chan string, 1)}
 	go c.copy()
 	return c, nil
 }
 
 // copy runs until QEMU closes the socket (it exited) or close. A writer
 // that fails (a stdout nobody reads any more) is dropped; the log goes on.
+// When QEMU closed the socket the console ends with the VM's exit note
+// (end), after the guest's last byte.
 func (c *console) copy() {
 	defer close(c.done)
 	defer c.log.Close()
 	buf := make([]byte, 32<<10)
 	out := c.out
+	write := func(p []byte) {
+		_, _ = c.log.Write(p)
+		if out != nil {
+			if _, werr := out.Write(p); werr != nil {
+				out = nil
+			}
+		}
+	}
+	last := byte('\n')
 	for {
 		n, err := c.conn.Read(buf)
 		if n > 0 {
-			_, _ = c.log.Write(buf[:n])
-			if out != nil {
-				if _, werr := out.Write(buf[:n]); werr != nil {
-					out = nil
-				}
-			}
+			write(buf[:n])
+			last = buf[n-1]
 		}
 		if err != nil {
-			return
+			break
 		}
+	}
+	if c.closing.Load() {
+		return
+	}
+	var note string
+	select {
+	case note = <-c.note:
+	case <-time.After(noteWait):
+	}
+	if note == "" {
+		return
+	}
+	line := note + "\r\n" // the guest's serial line ends
+	if last != '\n' {
+		line = "\r\n" + line
+	}
+	write([]byte(line))
+}
+
+// end gives the console its last line (the VM's exit), written after
+// what the guest wrote; "" writes none.
+func (c *console) end(note string) {
+	select {
+	case c.note <- note:
+	default:
 	}
 }
 
-// close disconnects; the copy ends.
-func (c *console) close() { c.conn.Close() }
+// close disconnects; the copy ends, with no last line.
+func (c *console) close() {
+	c.closing.Store(true)
+	c.conn.Close()
+}
 
 // dialNoFollow connects to the unix socket at path, which must be a socket
 // and not a link: path is in the VM's dir, which QEMU owns, and a QEMU that

@@ -74,10 +74,13 @@ type Machine struct {
 
 	phases Phases // of Create and Start
 
-	exited chan struct{} // closed when the VM stops after a Start
-	mu     sync.Mutex
-	exit   Exit
-	killed bool
+	exited   chan struct{} // closed when the VM stops after a Start
+	mu       sync.Mutex
+	exit     Exit
+	killed   bool
+	stopping bool            // its stop is known, its exit being worked out
+	shutdown virt.StopReason // who QEMU last said asked it to shut down
+	qemu     *qemuProc       // QEMU's pidfd, from Start (or Adopt) to its exit
 }
 
 // Create prepares the VM's files and defines its domain. On error nothing
@@ -176,19 +179,63 @@ func jailSpec(cfg Config, domainType string) jail.Spec {
 // Name is the domain name.
 func (m *Machine) Name() string { return m.name }
 
-// stopped records the VM's exit from its EventStopped.
+// stopped records the VM's exit from its EventStopped. When the
+// hypervisor cannot say why QEMU went, QEMU's wait status can (a signal),
+// which the kernel may take a moment to give: that wait runs on its own
+// goroutine, not the Runtime's event loop.
 func (m *Machine) stopped(r virt.StopReason) {
+	m.mu.Lock()
+	if m.stopping {
+		m.mu.Unlock()
+		return // a VM stops once per Start
+	}
+	m.stopping = true
+	if r == virt.StopGuestShutdown && m.shutdown == virt.StopDestroyed {
+		// A signal QEMU catches (SIGTERM, SIGINT, SIGHUP) makes it say
+		// SHUTDOWN from the host and exit cleanly; libvirt then reports
+		// the stop as a shutdown, as if the guest had powered off.
+		r = virt.StopDestroyed
+	}
+	killed, qemu := m.killed, m.qemu
+	m.qemu = nil // this stop's from now on: a Delete meanwhile leaves it
+	m.mu.Unlock()
+	if qemu == nil || !uncertain(r) {
+		qemu.close()
+		m.finish(exitFor(r, killed, 0, false))
+		return
+	}
+	go func() {
+		defer qemu.close()
+		ws, known := qemu.status(qemuStatusWait)
+		m.finish(exitFor(r, killed, ws, known))
+	}()
+}
+
+// shuttingDown records who QEMU says asked it to shut down (EventShutdown):
+// the guest, or the host (a signal).
+func (m *Machine) shuttingDown(r virt.StopReason) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.shutdown = r
+}
+
+// finish records the VM's exit, ends the serial console with a line
+// saying it (unless the guest powered off), and wakes Wait.
+func (m *Machine) finish(e Exit) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	select {
 	case <-m.exited:
-		return // a VM stops once per Start
+		return
 	default:
 	}
-	m.exit = exitFor(r)
-	if m.killed && r == virt.StopDestroyed {
-		m.exit.Message = "stopped hard on request"
+	m.stopping = true
+	m.exit = e
+	if m.console != nil {
+		m.console.end(e.consoleNote())
 	}
+	m.qemu.close()
+	m.qemu = nil
 	close(m.exited)
 }
 
@@ -212,6 +259,11 @@ func (m *Machine) Start(ctx context.Context, prepare Prepare) (retErr error) {
 			retErr = errors.Join(retErr, m.hv.Destroy(context.WithoutCancel(ctx), m.name))
 		}
 	}()
+	pid, err := m.PID(ctx)
+	if err != nil {
+		return err
+	}
+	m.watchQEMU(pid)
 	if m.limit > 0 {
 		if err := m.hv.SetMemoryHardLimit(ctx, m.name, m.limit); err != nil {
 			return err
@@ -229,10 +281,6 @@ func (m *Machine) Start(ctx context.Context, prepare Prepare) (retErr error) {
 		watch.lap("console")
 	}
 	if prepare != nil {
-		pid, err := m.PID(ctx)
-		if err != nil {
-			return err
-		}
 		if err := prepare(ctx, pid); err != nil {
 			return err
 		}
@@ -243,6 +291,19 @@ func (m *Machine) Start(ctx context.Context, prepare Prepare) (retErr error) {
 	}
 	watch.lap("resume")
 	return nil
+}
+
+// watchQEMU takes a pidfd on QEMU (pid, which the hypervisor just
+// reported), for its wait status should it die.
+func (m *Machine) watchQEMU(pid int) {
+	p := openQEMU(pid)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stopping || m.qemu != nil {
+		p.close()
+		return
+	}
+	m.qemu = p
 }
 
 // Phases are how long the steps of Create and Start took.
@@ -328,6 +389,8 @@ func (m *Machine) Delete(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	m.mu.Lock()
+	m.qemu.close()
+	m.qemu = nil
 	if m.console != nil {
 		m.console.close()
 		// Bounded: the copy may be stuck writing to a stdout nobody reads.

@@ -26,13 +26,18 @@ func NewRuntime(hv virt.Hypervisor) *Runtime {
 func (rt *Runtime) dispatch() {
 	defer close(rt.done)
 	for ev := range rt.hv.Events() {
-		if ev.Type != virt.EventStopped {
+		if ev.Type != virt.EventStopped && ev.Type != virt.EventShutdown {
 			continue
 		}
 		rt.mu.Lock()
 		m := rt.machines[ev.Domain]
 		rt.mu.Unlock()
-		if m != nil {
+		if m == nil {
+			continue
+		}
+		if ev.Type == virt.EventShutdown {
+			m.shuttingDown(ev.Reason)
+		} else {
 			m.stopped(ev.Reason)
 		}
 	}

@@ -185,14 +185,21 @@ func (n *node) configs(ref, cgroupParent string) (pod, ctr string) {
 		"dns_config":    map[string]any{"servers": []string{"10.96.0.10"}, "searches": []string{"default.svc.cluster.local"}},
 		"linux":         linux,
 	})
-	ctr = n.writeJSON("vm.json", map[string]any{
-		"metadata": map[string]any{"name": "vm"},
-		"image":    map[string]any{"image": ref},
-		"log_path": "vm/0.log",
+	return pod, n.ctrConfig("vm.json", ref, 0, nil)
+}
+
+// ctrConfig is the test guest's container config, as a file for crictl:
+// attempt as the kubelet counts restarts (the log is vm/<attempt>.log),
+// with annotations (nil: none).
+func (n *node) ctrConfig(file, ref string, attempt int, annotations map[string]string) string {
+	return n.writeJSON(file, map[string]any{
+		"metadata":    map[string]any{"name": "vm", "attempt": attempt},
+		"image":       map[string]any{"image": ref},
+		"log_path":    fmt.Sprintf("vm/%d.log", attempt),
+		"annotations": annotations,
 		"linux": map[string]any{"resources": map[string]any{
 			"memory_limit_in_bytes": 256 << 20, "cpu_period": 100000, "cpu_quota": 100000, "cpu_shares": 1024}},
 	})
-	return pod, ctr
 }
 
 // TestCrictlServerRestart: a server killed (SIGKILL) while its VM runs
