@@ -21,6 +21,8 @@ packages=(
   xorriso
   # network namespaces, taps, tc
   iproute2
+  # kube-proxy's iptables mode in the local cluster's node namespaces
+  iptables
   # the cgroup v2 node VM (hack/nodevm) boots this machine's root with systemd
   # as PID 1 and needs D-Bus for the systemd cgroup driver. Harmless on a
   # machine without systemd as PID 1: systemd's maintainer scripts only enable

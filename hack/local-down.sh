@@ -115,6 +115,9 @@ running() { # running NAME: the recorded component still runs
 
 if ((live)); then
 	found=1
+	# No controller may make new pods while they go (a Deployment's
+	# ReplicaSet would replace each one deleted).
+	stop kube-controller-manager || fail "kube-controller-manager still runs"
 	# Pods: deleted through the API while the kubelets run, so that each
 	# VM is shut down as a user's would be. Bounded.
 	if running kube-apiserver && running kubelet && running holder; then
@@ -135,6 +138,8 @@ if ((live)); then
 	stop scheduler || fail "the scheduler still runs"
 	stop kubelet || fail "the kubelet still runs"
 	stop kubelet-vm || fail "the VM-only node's kubelet still runs"
+	stop kube-proxy || fail "kube-proxy still runs"
+	stop kube-proxy-vm || fail "the VM-only node's kube-proxy still runs"
 	if running cri && running holder-vm; then
 		# Anything the VM-only node's kubelet left, through vm-runtime cri.
 		crictl_vm() { in_vm_node "$BIN/crictl" --config "$VM_STATE/crictl.yaml" --runtime-endpoint "unix://$VM_RUN/cri.sock" --timeout 60s "$@"; }

@@ -10,12 +10,18 @@
 # The whole node lives in a network namespace ($NAME) that has no route
 # out: etcd and kube-apiserver on its loopback, the node address on a veth
 # pair whose both ends are inside, the CNI bridge and pod IPs behind it.
-# Processes: etcd, kube-apiserver, the scheduler (cmd/scheduler-plugin,
-# kube-scheduler with VMPlacement), containerd 2.4.2 with the vmpod runtime
-# handler, the kubelet and the labeller (vm-runtime labeller); the latter
-# two, with the scheduler, run as the ServiceAccounts of manifests/. A
-# forwarder makes the apiserver reachable on the host's 127.0.0.1:$HOST_PORT
-# so that kubectl and the e2e tests run from the host.
+# Processes: etcd, kube-apiserver, kube-controller-manager (every default
+# controller: Deployments, ReplicaSets, StatefulSets, Jobs, EndpointSlices,
+# garbage collection, namespaces, ServiceAccounts, eviction of pods from
+# unreachable nodes), the scheduler (cmd/scheduler-plugin, kube-scheduler
+# with VMPlacement), containerd 2.4.2 with the vmpod runtime handler, the
+# kubelet, kube-proxy (iptables mode, its rules in the node's namespace) and
+# the labeller (vm-runtime labeller); the labeller and the scheduler run as
+# the ServiceAccounts of manifests/. Cluster DNS is CoreDNS, built here
+# (hack/coredns) and run as an ordinary pod on the first node, the Service
+# kube-dns at $DNS_IP, the kubelets' clusterDNS. A forwarder makes the
+# apiserver reachable on the host's 127.0.0.1:$HOST_PORT so that kubectl and
+# the e2e tests run from the host.
 #
 # A second node, $NAME-vm, runs VMs only: its kubelet's
 # containerRuntimeEndpoint is `vm-runtime cri` (no containerd there). It has
@@ -28,7 +34,9 @@
 # and a VM pod placed on it says so (test/e2e's TestCRINode). Its images
 # come from a registry on its own loopback port 80 (hack/local/registry)
 # serving the test guest as localhost/vmpod/test-guest:v1, the name the
-# first node imported into containerd.
+# first node imported into containerd. It runs kube-proxy too. The two
+# namespaces route each other's pod CIDR over their veth pair, so pods,
+# Services and DNS work across the nodes and never leave the namespaces.
 #
 # Binaries are built from the pinned modules into _output/bin (the first
 # build took 30 minutes on 2 busy cores; later runs take about a minute).
@@ -101,8 +109,9 @@ go_build() {
 	rm -f "$blog"
 }
 k8s_ldflags="-X k8s.io/component-base/version.gitVersion=v1.37.2 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37"
-go_build "kube-apiserver, kubelet, kubectl (cold: 15-30 min on 2 cores)" "$k8s_ldflags" "$BIN/" \
-	k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl
+go_build "kube-apiserver, kube-controller-manager, kubelet, kube-proxy, kubectl (cold: 15-30 min on 2 cores)" "$k8s_ldflags" "$BIN/" \
+	k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+	k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/cmd/kubectl
 go_build etcd "" "$BIN/etcd" go.etcd.io/etcd/server/v3
 go_build "scheduler-plugin and vm-runtime" "$k8s_ldflags" "$BIN/" ./cmd/scheduler-plugin ./cmd/vm-runtime
 # The shim links no libvirt (it starts vm-runtime when it needs it): no cgo.
@@ -111,6 +120,9 @@ go_build "the apiserver forwarder" "" "$BIN/vmpod-local-forward" ./hack/local/fo
 if ((CRI_NODE)); then go_build "the VM-only node's registry" "" "$BIN/vmpod-local-registry" ./hack/local/registry; fi
 log "pause image (hack/pause/build.sh)"
 pause_archive=$(hack/pause/build.sh)
+log "CoreDNS and busybox images (hack/local/images.sh)"
+mapfile -t images < <(hack/local/images.sh)
+((${#images[@]} == 2)) || die "hack/local/images.sh did not build its images"
 log "test guest and its containerdisk (hack/guest/build.sh)"
 guest_dir=$(hack/guest/build.sh)
 # shellcheck disable=SC1091
@@ -180,6 +192,12 @@ if ((CRI_NODE)); then
 	ip -n "$VM_NAME" addr add "$VM_NODE_IP/24" dev vmnode1
 	ip -n "$NAME" link set vmnode0 up
 	ip -n "$VM_NAME" link set vmnode1 up
+	# Each node reaches the other's pods (and the VM-only node the first's
+	# node IP, the apiserver's advertised address) over the pair: pods,
+	# Services and DNS work across nodes, and nothing leaves the namespaces.
+	ip -n "$NAME" route add "$VM_POD_CIDR" via "$VM_NODE_IP"
+	ip -n "$VM_NAME" route add "$POD_CIDR" via "$VM_LINK_IP"
+	ip -n "$VM_NAME" route add "$NODE_IP/32" via "$VM_LINK_IP"
 	nsenter --net="$VM_NETNS" -- unshare --mount --propagation private -- sleep infinity >/dev/null 2>&1 &
 	record_pid holder-vm $!
 	wait_for "mount namespace" 10 bash -c "[[ \$(readlink /proc/$(holder_pid holder-vm)/exe) == */sleep ]]" ||
@@ -221,6 +239,10 @@ cert apiserver "/CN=kube-apiserver" "IP:127.0.0.1,IP:$NODE_IP,IP:$VM_LINK_IP,IP:
 cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
 cert kubelet "/CN=system:node:$NAME" "IP:$NODE_IP,DNS:$NAME"
 cert admin "/O=system:masters/CN=vmpod-local-admin"
+# The built-in RBAC names these two users (system:kube-controller-manager,
+# system:node-proxier's binding).
+cert controller-manager "/CN=system:kube-controller-manager"
+cert kube-proxy "/CN=system:kube-proxy"
 cert node "/O=system:nodes/CN=system:node:$NAME"
 if ((CRI_NODE)); then
 	cert kubelet-vm "/CN=system:node:$VM_NAME" "IP:$VM_NODE_IP,DNS:$VM_NAME"
@@ -240,9 +262,12 @@ kubeconfig() {
 }
 kubeconfig "$STATE/admin.kubeconfig" https://127.0.0.1:6443 --client-certificate "$pki/admin.crt" --client-key "$pki/admin.key" --embed-certs
 kubeconfig "$STATE/kubelet.kubeconfig" https://127.0.0.1:6443 --client-certificate "$pki/node.crt" --client-key "$pki/node.key" --embed-certs
+kubeconfig "$STATE/controller-manager.kubeconfig" https://127.0.0.1:6443 --client-certificate "$pki/controller-manager.crt" --client-key "$pki/controller-manager.key" --embed-certs
+kubeconfig "$STATE/kube-proxy.kubeconfig" https://127.0.0.1:6443 --client-certificate "$pki/kube-proxy.crt" --client-key "$pki/kube-proxy.key" --embed-certs
 # The VM-only node reaches the apiserver over its veth pair.
 if ((CRI_NODE)); then
 	kubeconfig "$STATE/kubelet-vm.kubeconfig" "https://$VM_LINK_IP:6443" --client-certificate "$pki/node-vm.crt" --client-key "$pki/node-vm.key" --embed-certs
+	kubeconfig "$STATE/kube-proxy-vm.kubeconfig" "https://$VM_LINK_IP:6443" --client-certificate "$pki/kube-proxy.crt" --client-key "$pki/kube-proxy.key" --embed-certs
 fi
 mkdir -p "$OUT"
 kubeconfig "$OUT/kubeconfig" "https://127.0.0.1:$HOST_PORT" --client-certificate "$pki/admin.crt" --client-key "$pki/admin.key" --embed-certs
@@ -256,9 +281,9 @@ start etcd "$BIN/etcd" --name "$NAME" --data-dir "$STATE/etcd" --unsafe-no-fsync
 wait_for etcd 60 in_node bash -c 'exec 3<>/dev/tcp/127.0.0.1/2379' || die "etcd did not listen within 60s"
 
 log "starting kube-apiserver"
-# Without kube-controller-manager (DESIGN.md): no admission plugin that
-# waits for controllers (ServiceAccount tokens, the not-ready taint), no
-# endpoint reconciler. logs/exec reach the kubelet at the node's InternalIP.
+# The default admission plugins (ServiceAccount, TaintNodesByCondition...)
+# and endpoint reconciler: kube-controller-manager runs the controllers they
+# rely on. logs/exec reach the kubelet at the node's InternalIP.
 start kube-apiserver "$BIN/kube-apiserver" \
 	--etcd-servers http://127.0.0.1:2379 --bind-address 0.0.0.0 --secure-port 6443 --advertise-address "$NODE_IP" \
 	--tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" --client-ca-file "$pki/ca.crt" \
@@ -267,9 +292,16 @@ start kube-apiserver "$BIN/kube-apiserver" \
 	--service-account-issuer https://kubernetes.default.svc --service-account-key-file "$pki/sa.pub" \
 	--service-account-signing-key-file "$pki/sa.key" --service-cluster-ip-range "$SERVICE_CIDR" \
 	--authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
-	--disable-admission-plugins ServiceAccount,TaintNodesByCondition --endpoint-reconciler-type none \
 	--allow-privileged
 wait_for kube-apiserver 120 kubectl_node get --raw /readyz || die "kube-apiserver not ready within 120s"
+
+log "starting kube-controller-manager"
+start kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig "$STATE/controller-manager.kubeconfig" \
+	--authentication-kubeconfig "$STATE/controller-manager.kubeconfig" --authorization-kubeconfig "$STATE/controller-manager.kubeconfig" \
+	--bind-address 127.0.0.1 --leader-elect=false --use-service-account-credentials \
+	--service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
+	--cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
+	--service-cluster-ip-range "$SERVICE_CIDR" --cluster-cidr "$CLUSTER_CIDR"
 
 log "apiserver on the host's 127.0.0.1:$HOST_PORT (forwarded into the node's loopback)"
 "$BIN/vmpod-local-forward" -listen "127.0.0.1:$HOST_PORT" -netns "$NETNS" -target 127.0.0.1:6443 >"$STATE/logs/forward.log" 2>&1 &
@@ -297,7 +329,7 @@ log "starting containerd 2.4.2 (runtime handler vmpod, snapshotter $snapshotter)
 cp "$BIN/vm-runtime" "$STATE/bin/vm-runtime"
 cp --remove-destination "$BIN/containerd-shim-vmpod-v2" "$STATE/bin/containerd-shim-vmpod-v2"
 sed -e "s|@STATE@|$STATE|g" -e "s|@RUN@|$RUN|g" -e "s|@PAUSE_IMAGE@|$PAUSE_IMAGE|g" -e "s|@SNAPSHOTTER@|$snapshotter|g" \
-	-e "s|@RUNC@|$(command -v runc)|g" hack/local/containerd.toml >"$STATE/containerd.toml"
+	-e "s|@RUNC@|$(command -v runc)|g" -e "s|@BIN@|$BIN|g" hack/local/containerd.toml >"$STATE/containerd.toml"
 sed -e "s|@STATE@|$STATE|g" -e "s|@POD_CIDR@|$POD_CIDR|g" hack/local/cni.conflist >"$STATE/cni/net.d/10-vmpod-local.conflist"
 mkdir -p "$CAPS_CACHE"
 # The shims inherit containerd's environment: their state dir (on disk, as
@@ -311,12 +343,23 @@ log "importing $PAUSE_IMAGE and $IMAGE"
 # (ctr warns on stderr that cgroup v1 is deprecated.)
 ctr images import --platform linux/amd64 "$pause_archive" >/dev/null 2>>"$STATE/logs/ctr.log"
 ctr images import --platform linux/amd64 "$guest_dir/containerdisk.oci.tar" >/dev/null 2>>"$STATE/logs/ctr.log"
+for a in "${images[@]}"; do
+	ctr images import --platform linux/amd64 "$a" >/dev/null 2>>"$STATE/logs/ctr.log"
+done
 
 log "starting the kubelet (node $NAME at $NODE_IP)"
 sed -e "s|@STATE@|$STATE|g" -e "s|@NODE_STATE@|$STATE|g" -e "s|@RUNTIME_ENDPOINT@|unix://$RUN/containerd.sock|g" \
-	-e "s|@CGROUP_ROOT@|/$NAME|g" -e "s|@CERT@|kubelet|g" -e "s|@NODE_IP@|$NODE_IP|g" hack/local/kubelet.yaml >"$STATE/kubelet.yaml"
+	-e "s|@CGROUP_ROOT@|/$NAME|g" -e "s|@CERT@|kubelet|g" -e "s|@NODE_IP@|$NODE_IP|g" \
+	-e "s|@DNS_IP@|$DNS_IP|g" -e "s|@CLUSTER_DOMAIN@|$CLUSTER_DOMAIN|g" hack/local/kubelet.yaml >"$STATE/kubelet.yaml"
 start kubelet "$BIN/kubelet" --config "$STATE/kubelet.yaml" --kubeconfig "$STATE/kubelet.kubeconfig" \
 	--hostname-override "$NAME" --node-ip "$NODE_IP" --root-dir /var/lib/kubelet
+# kube_proxy_config NODE KUBECONFIG: the node's kube-proxy configuration.
+kube_proxy_config() {
+	sed -e "s|@KUBECONFIG@|$2|g" -e "s|@NODE@|$1|g" -e "s|@CLUSTER_CIDR@|$CLUSTER_CIDR|g" hack/local/kube-proxy.yaml
+}
+log "starting kube-proxy (node $NAME; iptables in the node's namespace)"
+kube_proxy_config "$NAME" "$STATE/kube-proxy.kubeconfig" >"$STATE/kube-proxy.yaml"
+start kube-proxy "$BIN/kube-proxy" --config "$STATE/kube-proxy.yaml"
 
 # The VM-only node starts while the first registers.
 if ((CRI_NODE)); then
@@ -337,12 +380,16 @@ if ((CRI_NODE)); then
 	log "starting the kubelet (node $VM_NAME at $VM_NODE_IP, runtime vm-runtime cri)"
 	{
 		sed -e "s|@STATE@|$STATE|g" -e "s|@NODE_STATE@|$VM_STATE|g" -e "s|@RUNTIME_ENDPOINT@|unix://$VM_RUN/cri.sock|g" \
-			-e "s|@CGROUP_ROOT@|$VM_CGROUP_ROOT|g" -e "s|@CERT@|kubelet-vm|g" -e "s|@NODE_IP@|$VM_NODE_IP|g" hack/local/kubelet.yaml
+			-e "s|@CGROUP_ROOT@|$VM_CGROUP_ROOT|g" -e "s|@CERT@|kubelet-vm|g" -e "s|@NODE_IP@|$VM_NODE_IP|g" \
+			-e "s|@DNS_IP@|$DNS_IP|g" -e "s|@CLUSTER_DOMAIN@|$CLUSTER_DOMAIN|g" hack/local/kubelet.yaml
 		printf '%s\n' "# VMs only: pods that do not tolerate this stay off the node." "registerWithTaints:" \
 			"- key: $VM_TAINT_KEY" '  value: "true"' "  effect: NoSchedule"
 	} >"$STATE/kubelet-vm.yaml"
 	start_in holder-vm kubelet-vm "$BIN/kubelet" --config "$STATE/kubelet-vm.yaml" --kubeconfig "$STATE/kubelet-vm.kubeconfig" \
 		--hostname-override "$VM_NAME" --node-ip "$VM_NODE_IP" --root-dir /var/lib/kubelet
+	log "starting kube-proxy (node $VM_NAME)"
+	kube_proxy_config "$VM_NAME" "$STATE/kube-proxy-vm.kubeconfig" >"$STATE/kube-proxy-vm.yaml"
+	start_in holder-vm kube-proxy-vm "$BIN/kube-proxy" --config "$STATE/kube-proxy-vm.yaml"
 fi
 wait_for "node Ready" 120 bash -c "[[ \$($BIN/kubectl --kubeconfig $OUT/kubeconfig get node $NAME -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}') == True ]]" ||
 	die "node $NAME not Ready within 120s"
@@ -359,6 +406,9 @@ wait_for "vmpod.io/runtime=true" 120 bash -c "[[ \$($BIN/kubectl --kubeconfig $O
 # shellcheck disable=SC2016 # a go-template, not shell
 log "node $NAME is Ready and labelled: $("$BIN/kubectl" --kubeconfig "$OUT/kubeconfig" get node "$NAME" -o go-template='{{range $k, $v := .metadata.labels}}{{$k}}={{$v}} {{end}}' | tr ' ' '\n' | grep -cE 'vmpod\.io/') vmpod labels"
 
+log "cluster DNS: CoreDNS on $NAME, Service kube-dns at $DNS_IP (hack/local/cluster-dns.yaml)"
+sed -e "s|@DNS_IP@|$DNS_IP|g" -e "s|@IMAGE@|$COREDNS_IMAGE|g" hack/local/cluster-dns.yaml | kubectl_node apply -f - >>"$STATE/logs/apply.log"
+
 if ((CRI_NODE)); then
 	wait_for "node $VM_NAME Ready" 120 bash -c "[[ \$($BIN/kubectl --kubeconfig $OUT/kubeconfig get node $VM_NAME -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}') == True ]]" ||
 		die "node $VM_NAME not Ready within 120s"
@@ -373,6 +423,11 @@ if ((CRI_NODE)); then
 	log "node $VM_NAME is Ready, labelled and tainted $VM_TAINT_KEY=true:NoSchedule"
 fi
 
+wait_for "CoreDNS ready" 120 bash -c "[[ \$($BIN/kubectl --kubeconfig $OUT/kubeconfig -n kube-system get deploy coredns -o jsonpath='{.status.readyReplicas}') == 1 ]]" || {
+	kubectl_node -n kube-system describe pods -l k8s-app=kube-dns >&2 || true
+	die "CoreDNS not ready within 120s"
+}
+
 # State for hack/local-down.sh, hack/local/kubectl and the e2e tests.
 cat >"$OUT/env" <<EOF
 # Written by hack/local-up.sh: the cluster for kubectl and the e2e tests.
@@ -382,6 +437,8 @@ export VMPOD_E2E_NODE_EXEC="nsenter --target $(holder_pid) --mount --net --"
 export VMPOD_E2E_STATE_ROOT=$STATE/vm
 export VMPOD_E2E_IMAGE=$IMAGE
 export VMPOD_E2E_KUBECTL=$BIN/kubectl
+export VMPOD_E2E_BUSYBOX_IMAGE=$BUSYBOX_IMAGE
+export VMPOD_E2E_NODE_IP=$NODE_IP
 EOF
 if ((CRI_NODE)); then
 	cat >>"$OUT/env" <<EOF

@@ -28,8 +28,16 @@ NODE_IP=10.86.0.1
 PEER_IP=10.86.0.2
 POD_CIDR=10.244.0.0/24
 SERVICE_CIDR=10.96.0.0/24
+# Every node's pod CIDR is inside it (kube-proxy's clusterCIDR).
+CLUSTER_CIDR=10.244.0.0/16
+# The cluster DNS Service (hack/local/cluster-dns.yaml) and domain.
+DNS_IP=10.96.0.10
+CLUSTER_DOMAIN=cluster.local
 HOST_PORT=${VMPOD_LOCAL_PORT:-16443}
 PAUSE_IMAGE=localhost/vmpod/pause:v1
+# hack/local/images.sh's images.
+COREDNS_IMAGE=localhost/vmpod/coredns:v1.15.0
+BUSYBOX_IMAGE=localhost/vmpod/busybox:v1
 
 # The second node, VM-only: its kubelet talks to `vm-runtime cri` (no
 # containerd). Its own network namespace ($VM_NAME), joined to the first

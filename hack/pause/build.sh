@@ -37,6 +37,6 @@ log "building $IMAGE into $out"
 cd "$repo"
 CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$out/pause.tmp" ./hack/pause
 mv "$out/pause.tmp" "$out/pause"
-go run ./hack/pause/image -bin "$out/pause" -name "$IMAGE" -o "$archive"
+go run ./hack/ociimage -name "$IMAGE" -o "$archive" -file "$out/pause=/pause" -entrypoint /pause -user 65535:65535
 log "wrote $archive"
 echo "$archive"

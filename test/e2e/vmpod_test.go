@@ -111,9 +111,18 @@ func TestVMPod(t *testing.T) {
 
 // TestExec: kubectl exec runs a command in the guest through the QEMU guest
 // agent (its output and exit code come back), an exec readiness probe
-// makes the pod Ready, and a terminal exec is refused at once.
+// makes the pod Ready, and a terminal exec (kubectl exec -it) is refused at
+// once with the reason: the guest agent gives no TTY. On both kinds of node.
 func TestExec(t *testing.T) {
-	pod := create(t, makePod("exec").readinessExec("cat", "/run/qemu-ga.status").obj())
+	for _, d := range frontDoors(t) {
+		t.Run(d.name, func(t *testing.T) { testExec(t, d) })
+	}
+}
+
+func testExec(t *testing.T, d frontDoor) {
+	b := makePod("exec").readinessExec("cat", "/run/qemu-ga.status")
+	d.place(&b.pod.Spec)
+	pod := create(t, b.obj())
 	waitRunning(t, pod.Name)
 	waitReady(t, pod.Name)
 
