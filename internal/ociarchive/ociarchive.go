@@ -1,6 +1,6 @@
 // Package ociarchive writes an image as an OCI image layout archive that
 // `ctr images import` takes, named by the annotations containerd reads. The
-// project's image builders (hack/guest/containerdisk, hack/pause/image) use
+// project's image builders (hack/guest/containerdisk, hack/ociimage) use
 // it. It may import go-containerregistry and the standard library.
 package ociarchive
 
