@@ -60,7 +60,7 @@ demo-down:
 # (test/e2e builds only with the tag e2e: a plain go test ./... skips it).
 e2e: deps guest
 	VMPOD_LOCAL_NO_DEMO=1 hack/local-up.sh || { hack/local-down.sh; exit 1; }
-	set -a; . _output/local/env; set +a; $(GO) test -tags e2e -count=1 -timeout 30m -v ./test/e2e; rc=$$?; hack/local-down.sh || rc=1; exit $$rc
+	set -a; . _output/local/env; set +a; $(GO) test -tags e2e -count=1 -timeout 40m -v ./test/e2e; rc=$$?; hack/local-down.sh || rc=1; exit $$rc
 
 # A short run of each fuzz target over what users write (FuzzParse's inputs
 # are whole capability captures: minimizing one would take the whole run);

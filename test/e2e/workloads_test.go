@@ -406,12 +406,27 @@ func TestStatefulSet(t *testing.T) {
 			t.Errorf("HTTP from %s to %s (%s): want its hostname %s:\n%s", other, fqdn, p.Status.PodIP, p.Name, out)
 		}
 	}
-	// A member deleted comes back with its name.
-	old := getPod(t, name+"-1").UID
-	deletePod(t, name+"-1")
+	// A member deleted comes back under its name: a new pod (UID) with
+	// the same name, DNS name and ordinal.
+	member := name + "-1"
+	old := getPod(t, member).UID
+	if err := client.CoreV1().Pods(namespace).Delete(context.Background(), member, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !poll(deleteTimeout, func() bool {
+		p, err := client.CoreV1().Pods(namespace).Get(context.Background(), member, metav1.GetOptions{})
+		return err == nil && p.UID != old
+	}) {
+		t.Fatalf("%s: no new pod under its name within %v of its deletion", member, deleteTimeout)
+	}
 	waitStatefulSet(t, name, 2)
-	if p := getPod(t, name+"-1"); p.UID == old {
-		t.Errorf("%s-1 is the same pod after its deletion", name)
+	p := getPod(t, member)
+	waitLog(t, member, "VMPOD-GUEST: qemu-ga ready")
+	fqdn := fmt.Sprintf("%s.%s.%s.svc.cluster.local", member, name, namespace)
+	if !poll(time.Minute, func() bool {
+		return strings.Contains(guestExec(t, name+"-0", "nslookup", fqdn), p.Status.PodIP)
+	}) {
+		t.Errorf("%s does not resolve to the new pod's IP %s", fqdn, p.Status.PodIP)
 	}
 }
 
