@@ -27,8 +27,10 @@
 //
 // A port the guest does not listen on is refused by the guest; the
 // Forwarder then resets the caught connection, so the client's read fails
-// at once (containerd reports "connection reset by peer" for the port,
-// kubectl prints it) instead of waiting. A guest that does not answer at
+// at once instead of waiting: containerd 2.x reports "connection reset by
+// peer" for the port and kubectl prints it; containerd 1.7's streaming
+// server resets the stream without a message (kubernetes#111825), so the
+// client's connection just ends. A guest that does not answer at
 // all costs the client DialTimeout. Each connection is its own forward;
 // any number run at once.
 //

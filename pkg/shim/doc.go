@@ -35,8 +35,8 @@
 // from the node's network namespace, which the start command hands the
 // long-lived shim as a descriptor, close-on-exec from the shim's first
 // instruction on, so no helper or QEMU holds it (portforward.go). A
-// closed guest port resets the connection at once; containerd reports
-// the error to kubectl. Without a kernel that can (Linux 5.9, BPF) the
+// closed guest port resets the connection at once; containerd 2.x reports
+// the error to kubectl, 1.7 ends the stream. Without a kernel that can (Linux 5.9, BPF) the
 // pod runs and only port-forward through containerd fails.
 //
 // cgroups: the shim enters its sandbox's cgroup (pkg/podcgroup, cgroup v1

@@ -142,6 +142,27 @@ func TestCrictlPortForward(t *testing.T) {
 	assertNoPodLeft(t, pod.Linux.CgroupParent, state)
 }
 
+// checkPortForward: a GET through `crictl port-forward` to the guest's
+// 8080 returns its page, and through a forward to its closed port 81 the
+// client's connection ends, without a page and without waiting: what
+// holds on containerd 1.7 too. (containerd 2.x also sends crictl its
+// error for the port, TestCrictlPortForward checks it; 1.7's streaming
+// server sends none when the connection it made was reset, it resets the
+// stream instead: its fix for kubernetes#111825, dropped since.)
+func checkPortForward(t *testing.T, c *containerd.Containerd, podID string) {
+	t.Helper()
+	f := portForward(t, c, podID, 18090, 8080)
+	if page, err := httpOver(dialInNode(t, c, "127.0.0.1:18090")); err != nil || !strings.Contains(page, "vmpod-guest") {
+		t.Errorf("GET through crictl port-forward to 8080: %v\n%s", err, page)
+	}
+	f.stop()
+	f81 := portForward(t, c, podID, 18091, 81)
+	if page, err := httpOver(dialInNode(t, c, "127.0.0.1:18091")); strings.Contains(page, "vmpod-guest") || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("GET through a forward to the closed port 81: %v\n%s", err, page)
+	}
+	f81.stop()
+}
+
 // forward is one `crictl port-forward` running in the node's namespace.
 type forward struct {
 	stop   func()
