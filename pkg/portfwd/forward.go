@@ -212,8 +212,8 @@ func (f *Forwarder) untrack(c *net.TCPConn) {
 
 // forward connects the caught connection to the target on the port it
 // was made to. When that fails (a closed port, no answer) it resets the
-// caught connection: the client's read fails at once, and containerd
-// passes the error on to kubectl.
+// caught connection: the client's read fails at once (containerd 2.x
+// passes the error on to kubectl, see the package comment).
 func (f *Forwarder) forward(down *net.TCPConn) {
 	defer down.Close()
 	port := down.LocalAddr().(*net.TCPAddr).Port
