@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"time"
 
 	"github.com/containerd/errdefs"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -51,7 +52,7 @@ func (rt streamRuntime) PortForward(ctx context.Context, sandboxID string, port 
 	if err != nil {
 		return err
 	}
-	var d net.Dialer
+	d := net.Dialer{Timeout: portForwardDialTimeout}
 	conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort(ip, strconv.Itoa(int(port))))
 	if err != nil {
 		return errorf(errdefs.ErrUnavailable, "port-forward to %s port %d: %v", sandboxID, port, err)
@@ -76,6 +77,12 @@ func (rt streamRuntime) PortForward(ctx context.Context, sandboxID string, port 
 	}
 	return nil
 }
+
+// portForwardDialTimeout bounds the connection to the guest: a closed port
+// is refused at once, a guest that does not answer (still booting, or
+// dropping the port) costs the client this long and no more. The shim's
+// forwarder (pkg/portfwd) waits as long.
+const portForwardDialTimeout = 10 * time.Second
 
 // podIP is the sandbox's first pod IP, while it is ready.
 func podIP(rec sandboxRecord) (string, error) {

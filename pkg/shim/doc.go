@@ -27,6 +27,18 @@
 // classified where they happen and turned into ttrpc status codes once,
 // in the interceptor (errors.go).
 //
+// port-forward: containerd serves it by dialling localhost:<port> inside
+// the sandbox's network namespace, where the guest is not reached (the pod
+// IP there is the pod interface's own). The sandbox catches those
+// connections (pkg/portfwd: a BPF sk_lookup program on the namespace's
+// loopback, any port) and forwards each to the pod IP on the same port
+// from the node's network namespace, which the start command hands the
+// long-lived shim as a descriptor, close-on-exec from the shim's first
+// instruction on, so no helper or QEMU holds it (portforward.go). A
+// closed guest port resets the connection at once; containerd 2.x reports
+// the error to kubectl, 1.7 ends the stream. Without a kernel that can (Linux 5.9, BPF) the
+// pod runs and only port-forward through containerd fails.
+//
 // cgroups: the shim enters its sandbox's cgroup (pkg/podcgroup, cgroup v1
 // and v2, either driver), so it and QEMU until the VM moves it into its
 // container's cgroup are charged to the pod. A VM task without a
@@ -34,7 +46,7 @@
 // limits.
 //
 // It may import vm, vmspec, node, podcgroup, virt and virt/remote, jail
-// (for its uid range setting),
+// (for its uid range setting), portfwd,
 // containerd's shim, API and events packages, and the standard library;
 // never virt/libvirt or node/embedded, which link libvirt (test/imports);
 // nothing imports it but cmd/vm-runtime and cmd/containerd-shim-vmpod-v2.

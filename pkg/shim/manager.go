@@ -32,6 +32,11 @@ const RuntimeName = "io.containerd.vmpod.v2"
 // command put it in, so it can check before it touches any interface.
 const netnsEnv = "VMPOD_NETNS"
 
+// nodeNetnsEnv names the descriptor on which the start command hands the
+// long-lived shim the network namespace it was started in (containerd's,
+// the node's), for port-forward (portforward.go).
+const nodeNetnsEnv = "VMPOD_NODE_NETNS_FD"
+
 // Manager is the shim's bootstrap side: `start` launches (or finds) the
 // pod's long-lived shim, `delete` cleans up after one that died.
 type Manager struct {
@@ -128,6 +133,15 @@ func (m *Manager) Start(ctx context.Context, params *bootapi.BootstrapParams) (_
 	netns := podNetns(oci)
 	if netns != "" {
 		cmd.Env = append(cmd.Env, netnsEnv+"="+netns)
+		// This process is still in containerd's network namespace, the
+		// node's: the shim forwards port-forward's connections from there.
+		node, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			return nil, fmt.Errorf("the node's network namespace: %w", err)
+		}
+		defer node.Close()
+		cmd.ExtraFiles = append(cmd.ExtraFiles, node)
+		cmd.Env = append(cmd.Env, fmt.Sprintf("%s=%d", nodeNetnsEnv, 2+len(cmd.ExtraFiles)))
 	}
 	if err := startIn(cmd, netns); err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 
 	"github.com/vmpod/vmpod/pkg/node"
 	"github.com/vmpod/vmpod/pkg/podcgroup"
+	"github.com/vmpod/vmpod/pkg/portfwd"
 	"github.com/vmpod/vmpod/pkg/virt/remote"
 	"github.com/vmpod/vmpod/pkg/vm"
 )
@@ -26,8 +27,9 @@ type pod struct {
 	id     string
 	dir    string
 	cfg    Config
-	netns  string          // the pod network namespace this shim runs in; "" if none
-	cgroup *podcgroup.Path // the sandbox's cgroup, which the shim entered; nil if none
+	netns  string             // the pod network namespace this shim runs in; "" if none
+	cgroup *podcgroup.Path    // the sandbox's cgroup, which the shim entered; nil if none
+	fwd    *portfwd.Forwarder // port-forward's catcher (portforward.go); nil if none
 
 	once  sync.Once
 	hv    *remote.Client
@@ -72,6 +74,11 @@ func (p *pod) env(ctx context.Context) (vm.Env, error) {
 // never will.
 func (p *pod) close() {
 	p.once.Do(func() { p.err = fmt.Errorf("pod %s is being removed: %w", p.id, errdefs.ErrFailedPrecondition) })
+	if p.fwd != nil {
+		if err := p.fwd.Close(); err != nil {
+			log.L.WithError(err).Warn("stop port-forward")
+		}
+	}
 	if p.hv != nil {
 		if err := p.hv.Close(); err != nil {
 			log.L.WithError(err).Warn("close libvirt")

@@ -12,6 +12,8 @@ import (
 // the long-lived server) with vmpod's manager and task service. args are
 // the shim's flags and action, without the program name.
 func Run(argv0 string, args []string) {
+	// First: the node's namespace must not reach any child.
+	node := inheritNodeNetns()
 	cfg, err := ConfigFromEnv()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", RuntimeName, err)
@@ -25,7 +27,7 @@ func Run(argv0 string, args []string) {
 		}
 		return
 	}
-	Register(cfg)
+	register(cfg, node)
 	// containerd's shim package parses os.Args itself.
 	setArgs(argv0, args)
 	shim.RunShim(context.Background(), NewManager(cfg), func(c *shim.Config) {

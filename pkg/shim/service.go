@@ -25,9 +25,9 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 )
 
-// Register adds the task service to the shim's plugins; call it before
-// shim.RunShim.
-func Register(cfg Config) {
+// register adds the task service to the shim's plugins; call it before
+// shim.RunShim. node is the node's network namespace, for port-forward.
+func register(cfg Config, node nodeNetns) {
 	registry.Register(&plugin.Registration{
 		Type:     plugins.TTRPCPlugin,
 		ID:       "task",
@@ -41,7 +41,9 @@ func Register(cfg Config) {
 			if err != nil {
 				return nil, err
 			}
-			return newService(ic.Context, cfg.withDefaults(), pp.(shim.Publisher), sd.(shutdown.Service)), nil
+			s := newService(ic.Context, cfg.withDefaults(), pp.(shim.Publisher), sd.(shutdown.Service))
+			s.nodeNetns = node
+			return s, nil
 		},
 	})
 }
@@ -52,6 +54,7 @@ type service struct {
 	cfg       Config
 	publisher shim.Publisher
 	shutdown  shutdown.Service
+	nodeNetns nodeNetns // for port-forward (portforward.go)
 
 	mu    sync.Mutex
 	tasks map[string]*task

@@ -179,6 +179,7 @@ func (s *service) createSandbox(ctx context.Context, t *task, oci *specs.Spec) e
 	if err := ckpt.save(); err != nil {
 		return fmt.Errorf("checkpoint: %v: %w", err, errdefs.ErrInternal)
 	}
+	p.forwardLoopback(s.nodeNetns)
 	// libvirt opens while the kubelet pulls and checks the image, not after
 	// CreateContainer: the VM task's Create finds it open (or waits for it).
 	// Charged to the pod, as the shim has entered its cgroup.

@@ -17,10 +17,11 @@ import (
 // TestCrictlVMPodContainerd17 drives a VM pod through containerd 1.7, which
 // starts shims without the bootstrap protocol and speaks only task API v2:
 // runp, create, start, logs (the serial console), the guest's HTTP on the
-// pod IP, a containerd restart (1.7 finds the shim again through the
-// bundle's address file), stop (ACPI power-off, exit 0), removal, and
-// nothing left: no QEMU or shim process, no pod netns, mount, cgroup, shim
-// socket or state file.
+// pod IP and through crictl port-forward (a closed port ends the stream), a
+// containerd restart (1.7 finds the shim again through the bundle's
+// address file), stop (ACPI power-off, exit 0), removal, and nothing
+// left: no QEMU or shim process, no pod netns, mount, cgroup, shim socket
+// or state file.
 func TestCrictlVMPodContainerd17(t *testing.T) {
 	state, err := os.MkdirTemp("/tmp", "vmpod-st-")
 	if err != nil {
@@ -54,6 +55,7 @@ func TestCrictlVMPodContainerd17(t *testing.T) {
 	pid := qemuPID(t, c, id)
 	shimPID := shimOf(t, podID)
 	httpGet(t, c, ps.IP)
+	checkPortForward(t, c, podID)
 
 	c.Restart(t)
 	if out := c.MustCrictl(t, "inspect", "-o", "go-template", "--template", "{{.status.state}}", id); strings.TrimSpace(out) != "CONTAINER_RUNNING" {

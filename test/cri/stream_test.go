@@ -3,6 +3,7 @@ package cri_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -183,31 +184,70 @@ func (n *node) checkAttach(id string) {
 	}
 }
 
-// checkPortForward: crictl port-forward to the guest's HTTP server (port
-// 8080, hack/guest/rootfs/init) answers from the guest.
+// checkPortForward: two crictl port-forwards at once, to the guest's HTTP
+// servers on 8080 and 80 (hack/guest/rootfs/init), three streams through
+// each open together, all answered by the guest; a forward to a port the
+// guest does not listen on (81) ends with the server's error for the
+// port, not a hang.
 func (n *node) checkPortForward(podID string) {
 	t := n.t
-	cmd, out := n.background("port-forward", podID, ":8080")
-	m := out.waitFor(regexp.MustCompile(`Forwarding from 127\.0\.0\.1:(\d+) -> 8080`), time.Minute)
-	if m == nil {
-		t.Errorf("crictl port-forward did not start:\n%s", out.String())
-		return
+	listen := func(remote int) (*exec.Cmd, *lines, string) {
+		cmd, out := n.background("port-forward", podID, fmt.Sprintf(":%d", remote))
+		m := out.waitFor(regexp.MustCompile(fmt.Sprintf(`Forwarding from 127\.0\.0\.1:(\d+) -> %d`, remote)), time.Minute)
+		if m == nil {
+			t.Fatalf("crictl port-forward :%d did not start:\n%s", remote, out.String())
+		}
+		return cmd, out, "127.0.0.1:" + m[1]
 	}
-	defer func() {
+	get := func(conn net.Conn) (string, error) {
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(2 * time.Minute)) // a hang fails, not stalls
+		if _, err := io.WriteString(conn, "GET / HTTP/1.0\r\n\r\n"); err != nil {
+			return "", err
+		}
+		reply, err := io.ReadAll(io.LimitReader(conn, 64<<10))
+		return string(reply), err
+	}
+	stop := func(cmd *exec.Cmd) {
 		cmd.Process.Kill()
 		cmd.Wait()
-	}()
-	conn := dialIn(t, n.nsPath, "127.0.0.1:"+m[1])
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(2 * time.Minute))
-	start := time.Now()
-	if _, err := io.WriteString(conn, "GET / HTTP/1.0\r\n\r\n"); err != nil {
-		t.Fatal(err)
 	}
-	reply, err := io.ReadAll(io.LimitReader(conn, 64<<10))
-	t.Logf("HTTP through crictl port-forward: %v round trip", time.Since(start).Round(time.Millisecond))
-	if err != nil || !strings.HasPrefix(string(reply), "HTTP/1.0 200 OK") || !strings.Contains(string(reply), "vmpod-guest") {
-		t.Errorf("HTTP GET through port-forward: %q, %v; want 200 from the guest", reply, err)
+
+	cmd8080, _, addr8080 := listen(8080)
+	defer stop(cmd8080)
+	cmd80, _, addr80 := listen(80)
+	defer stop(cmd80)
+	var conns []net.Conn
+	for i := range 6 {
+		conns = append(conns, dialIn(t, n.nsPath, []string{addr8080, addr80}[i%2]))
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i, conn := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reply, err := get(conn)
+			if err != nil || !strings.HasPrefix(reply, "HTTP/1.0 200 OK") || !strings.Contains(reply, "vmpod-guest") {
+				t.Errorf("HTTP GET %d through port-forward to %d: %q, %v; want 200 from the guest", i, []int{8080, 80}[i%2], reply, err)
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("HTTP through crictl port-forward, 6 streams over 2 forwards: %v", time.Since(start).Round(time.Millisecond))
+
+	cmd81, out81, addr81 := listen(81)
+	defer stop(cmd81)
+	if reply, err := get(dialIn(t, n.nsPath, addr81)); strings.Contains(reply, "vmpod-guest") || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("HTTP GET through port-forward to the closed port 81: %q, %v; want the stream ended", reply, err)
+	}
+	if m := out81.waitFor(regexp.MustCompile(`error forwarding port 81[^\n]*`), 2*time.Minute); m == nil {
+		t.Errorf("crictl port-forward to the closed port 81 reported no error:\n%s", out81.String())
+	} else {
+		t.Logf("crictl port-forward to port 81 reported: %s", m[0])
+		if !strings.Contains(m[0], "connection refused") {
+			t.Errorf("the error for port 81 does not say the guest refused: %s", m[0])
+		}
 	}
 }
 

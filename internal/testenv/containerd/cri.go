@@ -1,7 +1,9 @@
 package containerd
 
 import (
+	"context"
 	"encoding/json"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,14 +23,25 @@ func (c *Containerd) Crictl(t testing.TB, args ...string) (string, error) {
 }
 
 func (c *Containerd) crictl(timeout time.Duration, args ...string) (string, error) {
-	argv := append([]string{
+	// The process bound is a little longer than crictl's own.
+	return c.Run(timeout+10*time.Second, filepath.Join(c.BinDir, "crictl"), c.crictlArgs(timeout, args...)...)
+}
+
+func (c *Containerd) crictlArgs(timeout time.Duration, args ...string) []string {
+	return append([]string{
 		"--config", filepath.Join(c.Root, "crictl.yaml"),
 		"--runtime-endpoint", c.Endpoint,
 		"--image-endpoint", c.Endpoint,
 		"--timeout", timeout.String(),
 	}, args...)
-	// The process bound is a little longer than crictl's own.
-	return c.Run(timeout+10*time.Second, filepath.Join(c.BinDir, "crictl"), argv...)
+}
+
+// CrictlCommand is the command Crictl runs, not started, for a crictl
+// that runs until the test ends it (port-forward): its process is crictl
+// itself (nsenter enters the namespaces and execs it), which the caller
+// must end, by Process.Kill or ctx.
+func (c *Containerd) CrictlCommand(ctx context.Context, args ...string) *exec.Cmd {
+	return c.Command(ctx, filepath.Join(c.BinDir, "crictl"), c.crictlArgs(c.opts.CRITimeout, args...)...)
 }
 
 // MustCrictl is Crictl that fails the test on error.
