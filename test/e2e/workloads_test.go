@@ -228,40 +228,51 @@ func watchAvailable(t *testing.T, name string) func() int32 {
 	}
 }
 
+// runJob runs a Job of one VM pod on the door's node, the test guest
+// booted with the kernel command line, and waits (bounded) until the Job
+// has the condition want (Complete or Failed); it returns the Job, its
+// pods and how long that took.
+func runJob(t *testing.T, d frontDoor, cmdline string, backoffLimit int32, want batchv1.JobConditionType) (*batchv1.Job, []corev1.Pod, time.Duration) {
+	t.Helper()
+	name := uniqueName("job")
+	sel := map[string]string{"job-name": name}
+	tmpl := vmTemplate(nil)
+	tmpl.Spec.RestartPolicy = corev1.RestartPolicyNever
+	tmpl.Spec.Containers[0].ReadinessProbe = nil
+	tmpl.Spec.Containers[0].TerminationMessagePolicy = corev1.TerminationMessageFallbackToLogsOnError
+	tmpl.Annotations = map[string]string{"vmpod.io/kernel-cmdline": cmdline}
+	d.place(&tmpl.Spec)
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec:       batchv1.JobSpec{BackoffLimit: &backoffLimit, Template: tmpl},
+	}
+	jobs := client.BatchV1().Jobs(namespace)
+	start := time.Now()
+	if _, err := jobs.Create(context.Background(), job, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deleteAtCleanup(t, "job", name, sel, jobs.Delete)
+	limit := time.Duration(backoffLimit+1) * bootTimeout
+	var j *batchv1.Job
+	if !poll(limit, func() bool {
+		j, _ = jobs.Get(context.Background(), name, metav1.GetOptions{})
+		return j != nil && (hasCondition(j, batchv1.JobComplete) || hasCondition(j, batchv1.JobFailed))
+	}) || !hasCondition(j, want) {
+		t.Fatalf("job %s not %s within %v: %+v", name, want, limit, j.Status)
+	}
+	return j, podsOf(t, sel), time.Since(start)
+}
+
 // TestJob: a Job whose guest does its work and powers off completes (the
 // test guest's /init replaced by its poweroff script: the guest's exit 0
 // is the container's). On both kinds of node.
 func TestJob(t *testing.T) {
 	for _, d := range frontDoors(t) {
 		t.Run(d.name, func(t *testing.T) {
-			name := uniqueName("job")
-			sel := map[string]string{"job-name": name}
-			tmpl := vmTemplate(nil)
-			tmpl.Spec.RestartPolicy = corev1.RestartPolicyNever
-			tmpl.Spec.Containers[0].ReadinessProbe = nil
-			tmpl.Annotations = map[string]string{"vmpod.io/kernel-cmdline": "rdinit=/bin/guest-poweroff"}
-			d.place(&tmpl.Spec)
-			job := &batchv1.Job{
-				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
-				Spec:       batchv1.JobSpec{BackoffLimit: new(int32(0)), Template: tmpl},
-			}
-			jobs := client.BatchV1().Jobs(namespace)
-			start := time.Now()
-			if _, err := jobs.Create(context.Background(), job, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			deleteAtCleanup(t, "job", name, sel, jobs.Delete)
-			var j *batchv1.Job
-			if !poll(bootTimeout, func() bool {
-				j, _ = jobs.Get(context.Background(), name, metav1.GetOptions{})
-				return j != nil && (hasCondition(j, batchv1.JobComplete) || hasCondition(j, batchv1.JobFailed))
-			}) || !hasCondition(j, batchv1.JobComplete) {
-				t.Fatalf("job %s not Complete within %v: %+v", name, bootTimeout, j.Status)
-			}
-			t.Logf("Job of one VM pod Complete in %v", time.Since(start).Round(100*time.Millisecond))
-			pods := podsOf(t, sel)
+			_, pods, took := runJob(t, d, "rdinit=/bin/guest-poweroff", 0, batchv1.JobComplete)
+			t.Logf("Job of one VM pod Complete in %v", took.Round(100*time.Millisecond))
 			if len(pods) != 1 {
-				t.Fatalf("job %s has %d pods, want 1", name, len(pods))
+				t.Fatalf("the job has %d pods, want 1", len(pods))
 			}
 			p := pods[0]
 			if term := p.Status.ContainerStatuses[0].State.Terminated; term == nil || term.ExitCode != 0 {
@@ -283,35 +294,10 @@ func TestJob(t *testing.T) {
 func TestJobGuestPanic(t *testing.T) {
 	for _, d := range frontDoors(t) {
 		t.Run(d.name, func(t *testing.T) {
-			name := uniqueName("panic")
-			sel := map[string]string{"job-name": name}
-			tmpl := vmTemplate(nil)
-			tmpl.Spec.RestartPolicy = corev1.RestartPolicyNever
-			tmpl.Spec.Containers[0].ReadinessProbe = nil
-			tmpl.Spec.Containers[0].TerminationMessagePolicy = corev1.TerminationMessageFallbackToLogsOnError
-			tmpl.Annotations = map[string]string{"vmpod.io/kernel-cmdline": "vmpod.test=panic"}
-			d.place(&tmpl.Spec)
-			job := &batchv1.Job{
-				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
-				Spec:       batchv1.JobSpec{BackoffLimit: new(int32(1)), Template: tmpl},
-			}
-			jobs := client.BatchV1().Jobs(namespace)
-			start := time.Now()
-			if _, err := jobs.Create(context.Background(), job, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			deleteAtCleanup(t, "job", name, sel, jobs.Delete)
-			var j *batchv1.Job
-			if !poll(2*bootTimeout, func() bool {
-				j, _ = jobs.Get(context.Background(), name, metav1.GetOptions{})
-				return j != nil && (hasCondition(j, batchv1.JobComplete) || hasCondition(j, batchv1.JobFailed))
-			}) || !hasCondition(j, batchv1.JobFailed) {
-				t.Fatalf("job %s not Failed within %v: %+v", name, 2*bootTimeout, j.Status)
-			}
-			t.Logf("Job of a panicking VM Failed (backoffLimit 1) in %v", time.Since(start).Round(100*time.Millisecond))
-			pods := podsOf(t, sel)
+			j, pods, took := runJob(t, d, "vmpod.test=panic", 1, batchv1.JobFailed)
+			t.Logf("Job of a panicking VM Failed (backoffLimit 1) in %v", took.Round(100*time.Millisecond))
 			if len(pods) != 2 || j.Status.Failed != 2 {
-				t.Errorf("job %s: %d pods, %d failed; want 2 and 2 (backoffLimit 1)", name, len(pods), j.Status.Failed)
+				t.Errorf("job %s: %d pods, %d failed; want 2 and 2 (backoffLimit 1)", j.Name, len(pods), j.Status.Failed)
 			}
 			for _, p := range pods {
 				term := p.Status.ContainerStatuses[0].State.Terminated
