@@ -78,14 +78,19 @@ type VM struct {
 	layout  Layout
 	hv      virt.Hypervisor // nil until the Opener ran
 	machine *Machine
-	net     *podnet.Attachment
-	cgPath  podcgroup.Path
-	cpu     *specs.LinuxCPU
-	limit   uint64
-	cgroup  *podcgroup.Cgroup
-	held    Held
-	record  func(Held) error
-	phases  Phases // of Create, before the Machine's
+	// machineGone: Delete removed the machine. The Machine stays, for
+	// Wait and Exited: the CRI server's exit watcher deletes a VM as soon
+	// as it stops, while a StopContainer that killed it may still be in
+	// Stop, waiting for that exit.
+	machineGone bool
+	net         *podnet.Attachment
+	cgPath      podcgroup.Path
+	cpu         *specs.LinuxCPU
+	limit       uint64
+	cgroup      *podcgroup.Cgroup
+	held        Held
+	record      func(Held) error
+	phases      Phases // of Create, before the Machine's
 }
 
 // Create makes the VM up to a defined, not yet started domain: image
@@ -273,6 +278,10 @@ func (v *VM) Stop(ctx context.Context, grace time.Duration) (Exit, error) {
 		return exit, nil
 	case errors.Is(err, errGraceOver):
 		if err := v.Kill(ctx); err != nil {
+			// It stopped on its own meanwhile (and may be deleted).
+			if exit, stopped := v.machine.Exited(); stopped {
+				return exit, nil
+			}
 			return Exit{}, err
 		}
 		return v.Wait(ctx)
@@ -415,9 +424,9 @@ func (v *VM) Update(r *specs.LinuxResources) error {
 // undo is complete, Record is told nothing is held.
 func (v *VM) Delete(ctx context.Context) error {
 	var errs []error
-	if v.machine != nil {
+	if v.machine != nil && !v.machineGone {
 		errs = append(errs, v.machine.Delete(ctx))
-		v.machine = nil
+		v.machineGone = true
 	}
 	if v.net != nil {
 		errs = append(errs, v.net.Close())
