@@ -405,7 +405,7 @@ func (m *Machine) Delete(ctx context.Context) error {
 	}
 	l := m.layout
 	errs = append(errs, os.RemoveAll(l.VMDir()), os.RemoveAll(l.JailDevices()))
-	for _, f := range []string{l.JailSpec(), l.JailRoot(), l.ConsoleLog(), l.ConsoleLog() + ".1"} {
+	for _, f := range []string{l.JailSpec(), l.JailRoot(), l.ConsoleLog(), l.ConsoleLog() + ".1", l.GuestAgent()} {
 		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}
