@@ -121,8 +121,10 @@ func (s *Server) CreateContainer(ctx context.Context, r *runtimeapi.CreateContai
 		InstanceID: sbRec.UID,
 		Cgroup:     cg,
 		CPU:        oci.Linux.Resources.CPU,
-		ConsoleOut: c.console,
-		Record:     c.record,
+		// QEMU's, not the server's (which QEMU would inherit).
+		OOMScoreAdj: oci.Process.OOMScoreAdj,
+		ConsoleOut:  c.console,
+		Record:      c.record,
 	}
 	req.BlockDevices, err = blockDevices(cfg.GetDevices())
 	if err != nil {
@@ -208,6 +210,13 @@ func ociSpec(sb sandboxRecord, cfg *runtimeapi.ContainerConfig, img image) (*spe
 	if v := res.GetCpuShares(); v > 0 {
 		sh := uint64(v)
 		spec.Linux.Resources.CPU.Shares = &sh
+	}
+	if res != nil {
+		// The kubelet's for the container's QoS class, as containerd
+		// passes it to its runtimes; the jail clamps a value below
+		// what this process may set.
+		adj := int(res.GetOomScoreAdj())
+		spec.Process.OOMScoreAdj = &adj
 	}
 	if cfg.GetLinux().GetSecurityContext().GetPrivileged() {
 		// What containerd writes for a privileged container, which

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/vmpod/vmpod/pkg/jail"
 )
 
@@ -198,6 +200,68 @@ func TestJailFiles(t *testing.T) {
 	}
 }
 
+// TestJailOOMScoreAdj: QEMU gets the container's oom_score_adj from the
+// jail, not the one it inherits from libvirt's process (a runtime's,
+// about -998 under containerd). The jailer starts here from a process at
+// 300. A value the jailer may not set (below 300 without CAP_SYS_RESOURCE,
+// as on nodes whose runtime has restrict_oom_score_adj) is clamped to the
+// inherited one, and QEMU still starts. (Without the capability -997 is
+// still allowed where a process with it set an ancestor's score that low:
+// the kernel's floor is the least such value, which /proc does not show.)
+func TestJailOOMScoreAdj(t *testing.T) {
+	const inherited = 300
+	lowered := []int{-997}
+	if !hasCap(t, unix.CAP_SYS_RESOURCE) {
+		lowered = append(lowered, inherited)
+	}
+	for _, tc := range []struct {
+		name string
+		adj  *int
+		want []int
+	}{
+		{"none: inherited", nil, []int{inherited}},
+		{"raised (a Burstable pod)", ptr(500), []int{500}},
+		{"lowered (a Guaranteed pod)", ptr(-997), lowered},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := newTestJail(t)
+			j.spec.OOMScoreAdj = tc.adj
+			link, spec := jailer(t, j.spec)
+			cmd := exec.Command("/usr/bin/sh", "-c", `echo `+strconv.Itoa(inherited)+` >/proc/self/oom_score_adj && exec "$0" "$@"`,
+				link, "-c", "cat /proc/self/oom_score_adj")
+			cmd.Env = []string{jail.EnvSpec + "=" + spec, "PATH=/usr/bin:/bin"}
+			var stdout, stderr strings.Builder
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("%v: %s%s", err, stdout.String(), stderr.String())
+			}
+			got, err := strconv.Atoi(strings.TrimSpace(stdout.String()))
+			if err != nil || !slices.Contains(tc.want, got) {
+				t.Errorf("oom_score_adj in the jail: %q, want one of %v (stderr %q)", stdout.String(), tc.want, stderr.String())
+			}
+			if stderr.Len() > 0 {
+				t.Logf("jailer: %s", stderr.String())
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// hasCap says whether this process has capability c in its effective set.
+func hasCap(t *testing.T, c int) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eff, err := strconv.ParseUint(statusFields(string(b))["CapEff"], 16, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eff&(1<<c) != 0
+}
+
 func TestJailRefusesGuestWithoutSpec(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Fatal("the jailer needs root: run the tests as root, as make test does")
@@ -231,6 +295,7 @@ func TestSpecValidate(t *testing.T) {
 		"no vm dir":     func(s *jail.Spec) { s.Writable = nil },
 		"unclean path":  func(s *jail.Spec) { s.ReadOnly = []string{"/a/../etc/shadow"} },
 		"host root":     func(s *jail.Spec) { s.Writable = []string{"/"} },
+		"oom_score_adj": func(s *jail.Spec) { s.OOMScoreAdj = ptr(1001) },
 	} {
 		s := good
 		mutate(&s)

@@ -80,6 +80,11 @@ func jailAndExec(specPath string, args []string) error {
 	if err != nil {
 		return err
 	}
+	if s.OOMScoreAdj != nil {
+		if err := setOOMScoreAdj(*s.OOMScoreAdj); err != nil {
+			return err
+		}
+	}
 	if err := buildRoot(s, readOnly); err != nil {
 		return err
 	}
@@ -356,4 +361,31 @@ func lastCap() (int, error) {
 		return 0, err
 	}
 	return strconv.Atoi(strings.TrimSpace(string(b)))
+}
+
+// oomScoreAdjFile is the jailer's own oom_score_adj, which QEMU inherits
+// through exec.
+const oomScoreAdjFile = "/proc/self/oom_score_adj"
+
+// setOOMScoreAdj gives the jailer, and so QEMU, the score adjustment v.
+// Raising it is always allowed. Lowering it below the least value a
+// process with CAP_SYS_RESOURCE gave this process's ancestors needs that
+// capability, which nodes whose container runtime runs with
+// restrict_oom_score_adj (no CAP_SYS_RESOURCE) do not have: then v is
+// clamped to the inherited value, the lowest one known to be allowed, and
+// the VM starts. The line on stderr lands in libvirt's log of the domain.
+func setOOMScoreAdj(v int) error {
+	err := os.WriteFile(oomScoreAdjFile, []byte(strconv.Itoa(v)), 0)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, unix.EACCES) && !errors.Is(err, unix.EPERM) {
+		return fmt.Errorf("oom_score_adj %d: %w", v, err)
+	}
+	cur, rerr := os.ReadFile(oomScoreAdjFile)
+	if rerr != nil {
+		return fmt.Errorf("oom_score_adj %d: %v; reading it: %w", v, err, rerr)
+	}
+	fmt.Fprintf(os.Stderr, "%s: oom_score_adj %d refused (%v): QEMU keeps %s\n", EmulatorName, v, err, strings.TrimSpace(string(cur)))
+	return nil
 }

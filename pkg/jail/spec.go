@@ -46,6 +46,12 @@ type Spec struct {
 	// FileSizeLimit is RLIMIT_FSIZE, the largest file QEMU may write (the
 	// guest's disk overlay above all); 0 leaves it unlimited.
 	FileSizeLimit uint64 `json:"fileSizeLimit,omitempty"`
+	// OOMScoreAdj is QEMU's oom_score_adj, the kubelet's for the
+	// container (OCI process.oomScoreAdj, CRI oom_score_adj); nil keeps
+	// what the jailer inherited from libvirt's process. A value below
+	// what the jailer may set without CAP_SYS_RESOURCE is clamped (see
+	// setOOMScoreAdj).
+	OOMScoreAdj *int `json:"oomScoreAdj,omitempty"`
 }
 
 // Validate checks what the jailer relies on.
@@ -59,6 +65,8 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("jail: root %q: not an absolute path below /", s.Root)
 	case len(s.Writable) == 0:
 		return fmt.Errorf("jail: no writable dir for the VM's files")
+	case s.OOMScoreAdj != nil && (*s.OOMScoreAdj < -1000 || *s.OOMScoreAdj > 1000):
+		return fmt.Errorf("jail: oom_score_adj %d: not in [-1000, 1000]", *s.OOMScoreAdj)
 	}
 	for _, p := range append(append([]string{s.SecretDir, s.DeviceDir}, s.Writable...), append(s.ReadOnly, s.Devices...)...) {
 		if p != "" && (!filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/") {

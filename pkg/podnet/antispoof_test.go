@@ -111,6 +111,74 @@ func TestAntiSpoofing(t *testing.T) {
 	}
 }
 
+// TestAntiSpoofingIPv6ND: even from its own addresses the guest may not
+// act as a router (router advertisements, redirects) nor claim another
+// address (a neighbor advertisement whose target is not the pod's), nor
+// hide ICMPv6 behind an extension header the filters cannot look past.
+// Its own neighbor advertisements and solicitations and ordinary traffic
+// still reach the node.
+func TestAntiSpoofingIPv6ND(t *testing.T) {
+	tp := newTopology(t)
+	run(t, "ip", "-n", tp.pod, "addr", "add", "fd00:10:244::5/64", "dev", podIf, "nodad")
+	attach(t, tp, nil)
+	guest := openTap(t, tp.pod, tapName, podMAC)
+	capture := openCapture(t, tp.node, nodeIf)
+
+	var (
+		pod6     = netip.MustParseAddr("fd00:10:244::5")
+		podLL    = netip.MustParseAddr("fe80::42:aff:fef4:5")
+		gone6    = netip.MustParseAddr("fd00:10:244::99")
+		node6    = netip.MustParseAddr("fd00:10:244::1")
+		nodeLL   = netip.MustParseAddr("fe80::1")
+		allNodes = netip.MustParseAddr("ff02::1")
+		allMAC   = net.HardwareAddr{0x33, 0x33, 0, 0, 0, 1}
+		target   = func(a netip.Addr) []byte { b := a.As16(); return b[:] }
+		// Router advertisement: hop limit, flags, lifetime 1800 s,
+		// reachable and retransmit times.
+		ra = []byte{134, 0, 0, 0, 64, 0, 0x07, 0x08, 0, 0, 0, 0, 0, 0, 0, 0}
+		// Neighbor advertisement, solicited and override, for t.
+		na = func(t netip.Addr) []byte { return append([]byte{136, 0, 0, 0, 0x60, 0, 0, 0}, target(t)...) }
+		// Redirect: "reach gone6 through nodeLL".
+		redirect = append(append([]byte{137, 0, 0, 0, 0, 0, 0, 0}, target(nodeLL)...), target(gone6)...)
+		ns       = append([]byte{135, 0, 0, 0, 0, 0, 0, 0}, target(node6)...)
+		// A destination options header (8 bytes, a PadN option) and a
+		// fragment header (offset 0, more fragments), each followed by
+		// ICMPv6; and a hop-by-hop header followed by UDP.
+		destOpts = []byte{unix.IPPROTO_ICMPV6, 0, 1, 4, 0, 0, 0, 0}
+		fragment = []byte{unix.IPPROTO_ICMPV6, 0, 0, 1, 0, 0, 0, 7}
+		hopByHop = []byte{unix.IPPROTO_UDP, 0, 1, 4, 0, 0, 0, 0}
+		udp      = []byte{0x9c, 0x40, 0, 9, 0, 0, 0, 0}
+	)
+	frames := []probe{
+		{"IPv6 UDP", udp6Frame(podMAC, nodeMAC, pod6, gone6), true},
+		{"neighbor solicitation", icmp6Frame(podMAC, allMAC, pod6, allNodes, unix.IPPROTO_ICMPV6, ns), true},
+		{"neighbor advertisement for the pod address", icmp6Frame(podMAC, allMAC, pod6, allNodes, unix.IPPROTO_ICMPV6, na(pod6)), true},
+		{"neighbor advertisement for the link-local address", icmp6Frame(podMAC, allMAC, podLL, allNodes, unix.IPPROTO_ICMPV6, na(podLL)), true},
+		{"neighbor advertisement for the pod address from the link-local one", icmp6Frame(podMAC, allMAC, podLL, allNodes, unix.IPPROTO_ICMPV6, na(pod6)), true},
+		{"router advertisement", icmp6Frame(podMAC, allMAC, podLL, allNodes, unix.IPPROTO_ICMPV6, ra), false},
+		{"router advertisement from the global address", icmp6Frame(podMAC, allMAC, pod6, allNodes, unix.IPPROTO_ICMPV6, ra), false},
+		{"redirect", icmp6Frame(podMAC, nodeMAC, podLL, nodeLL, unix.IPPROTO_ICMPV6, redirect), false},
+		{"neighbor advertisement for another address", icmp6Frame(podMAC, allMAC, pod6, allNodes, unix.IPPROTO_ICMPV6, na(gone6)), false},
+		{"neighbor advertisement for the gateway, from the link-local address", icmp6Frame(podMAC, allMAC, podLL, allNodes, unix.IPPROTO_ICMPV6, na(nodeLL)), false},
+		{"router advertisement behind destination options", icmp6Frame(podMAC, allMAC, podLL, allNodes, 60, append(append([]byte(nil), destOpts...), ra...)), false},
+		{"router advertisement in a fragment", icmp6Frame(podMAC, allMAC, podLL, allNodes, 44, append(append([]byte(nil), fragment...), ra...)), false},
+		{"UDP behind hop-by-hop options", icmp6Frame(podMAC, nodeMAC, pod6, gone6, 0, append(append([]byte(nil), hopByHop...), udp...)), false},
+	}
+	seen := sendAndWatch(t, guest, capture, frames)
+	forged := 0
+	for _, f := range frames {
+		if !f.allow {
+			forged++
+		}
+	}
+	if dropped := dropCount(t, tp.pod); dropped < forged*seen.rounds {
+		t.Errorf("the drop filters counted %d frames, want at least %d (%d forged frames, sent %d times)", dropped, forged*seen.rounds, forged, seen.rounds)
+	}
+	if t.Failed() {
+		t.Log(run(t, "tc", "-n", tp.pod, "-s", "filter", "show", "dev", tapName, "ingress"))
+	}
+}
+
 // TestAntiSpoofingNoIPv6: a pod whose interface has no IPv6 address gets no
 // IPv6 from the guest, not even link-local or DAD.
 func TestAntiSpoofingNoIPv6(t *testing.T) {
@@ -274,6 +342,15 @@ func dadFrame(srcMAC net.HardwareAddr, target netip.Addr) frameFunc {
 	}
 }
 
+// icmp6Frame is an IPv6 packet whose next header is next and whose payload
+// is body (ICMPv6 with its checksum left 0, or extension headers first)
+// followed by the marker.
+func icmp6Frame(srcMAC, dstMAC net.HardwareAddr, src, dst netip.Addr, next byte, body []byte) frameFunc {
+	return func(marker []byte) []byte {
+		return ipv6Frame(srcMAC, dstMAC, src, dst, next, append(append([]byte(nil), body...), marker...))
+	}
+}
+
 // capture is a packet socket on one interface that sees every frame the
 // interface receives (not those it sends).
 type capture struct{ f *os.File }
@@ -334,8 +411,9 @@ func (c *capture) collect(t testing.TB, wait time.Duration, done func(frame []by
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
-// dropCount is how many frames the tap's drop filter has taken, from tc's
-// statistics of its one action.
+// dropCount is how many frames the tap's drop filters have taken, from
+// tc's statistics of their actions: the mirred redirects to a device that
+// is gone (the last filter, and the IPv6 ones before the allow list).
 func dropCount(t testing.TB, ns string) int {
 	t.Helper()
 	out := run(t, "tc", "-n", ns, "-s", "-j", "filter", "show", "dev", tapName, "ingress")
@@ -343,6 +421,8 @@ func dropCount(t testing.TB, ns string) int {
 		Pref    int `json:"pref"`
 		Options struct {
 			Actions []struct {
+				Kind  string `json:"kind"`
+				ToDev string `json:"to_dev"`
 				Stats struct {
 					Packets int `json:"packets"`
 				} `json:"stats"`
@@ -352,11 +432,19 @@ func dropCount(t testing.TB, ns string) int {
 	if err := json.Unmarshal([]byte(out), &filters); err != nil {
 		t.Fatalf("tc -j filter show: %v\n%s", err, out)
 	}
+	// tc lists each filter as several entries with the same pref.
+	n, lastPref, drops := 0, -1, map[int]bool{}
 	for _, f := range filters {
-		if f.Pref == 42 && len(f.Options.Actions) == 1 {
-			return f.Options.Actions[0].Stats.Packets
+		for _, a := range f.Options.Actions {
+			if a.Kind == "mirred" && a.ToDev == "*" {
+				n += a.Stats.Packets
+				drops[f.Pref] = true
+			}
 		}
+		lastPref = max(lastPref, f.Pref)
 	}
-	t.Fatalf("no drop filter (pref 42) on %s:\n%s", tapName, out)
-	return 0
+	if !drops[lastPref] {
+		t.Fatalf("the last filter on %s (pref %d) is not a drop (a redirect to a device that is gone):\n%s", tapName, lastPref, out)
+	}
+	return n
 }

@@ -137,7 +137,7 @@ func Attach(p Pod, tap string) (_ *Attachment, retErr error) {
 		return nil, err
 	}
 	a.onClose(func() error { return delIngress(h, tapIndex) })
-	if err := addDropFilter(h, tapIndex, tap); err != nil {
+	if err := addDropFilters(h, p, tapIndex, tap); err != nil {
 		return nil, err
 	}
 	for _, f := range guestFilters(p, tapIndex, podIndex) {

@@ -2,6 +2,7 @@ package podnet_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -110,6 +111,7 @@ func TestAttachClose(t *testing.T) {
 	}
 	toPod := "mirred (Egress Redirect to device " + podIf + ") stolen"
 	matchAll := []string{"00000000/00000000 at 0"}
+	drop := "mirred (Egress Redirect to device *) stolen"
 	wantFilters := map[string]map[int]tcFilter{
 		podIf: {
 			2: {Protocol: "all", Matches: matchAll, Action: "mirred (Egress Redirect to device " + tapName + ") stolen"},
@@ -126,13 +128,32 @@ func TestAttachClose(t *testing.T) {
 			6: {Protocol: "ipv6", Matches: with("60000000/f0000000 at 0", "00003a00/0000ff00 at 4",
 				"00000000/ffffffff at 8", "00000000/ffffffff at 12", "00000000/ffffffff at 16", "00000000/ffffffff at 20",
 				"87000000/ff000000 at 40"), Action: toPod},
-			// The pod interface's link-local address, fe80::42:aff:fef4:5.
-			10: {Protocol: "ipv6", Matches: with("60000000/f0000000 at 0",
+			// A neighbor advertisement from the pod interface's
+			// link-local address, fe80::42:aff:fef4:5, for itself.
+			100: {Protocol: "ipv6", Matches: with("60000000/f0000000 at 0", "00003a00/0000ff00 at 4",
+				"fe800000/ffffffff at 8", "00000000/ffffffff at 12", "00420aff/ffffffff at 16", "fef40005/ffffffff at 20",
+				"88000000/ff000000 at 40",
+				"fe800000/ffffffff at 48", "00000000/ffffffff at 52", "00420aff/ffffffff at 56", "fef40005/ffffffff at 60"), Action: toPod},
+			// Anything from that address.
+			1125: {Protocol: "ipv6", Matches: with("60000000/f0000000 at 0",
 				"fe800000/ffffffff at 8", "00000000/ffffffff at 12", "00420aff/ffffffff at 16", "fef40005/ffffffff at 20"), Action: toPod},
 			// The drop: a redirect to a device that is gone.
-			42: {Protocol: "all", Matches: matchAll, Action: "mirred (Egress Redirect to device *) stolen"},
+			1157: {Protocol: "all", Matches: matchAll, Action: drop},
 		},
 	}
+	// Dropped before the IPv6 allow list: an extension header of each
+	// kind (hop-by-hop, routing, fragment, AH, destination options,
+	// mobility, HIP, shim6, experimental), router advertisements,
+	// redirects, and the neighbor advertisements not allowed above.
+	for i, next := range []int{0, 43, 44, 51, 60, 135, 139, 140, 253, 254} {
+		wantFilters[tapName][7+i] = tcFilter{Protocol: "ipv6", Matches: []string{"60000000/f0000000 at 0", fmt.Sprintf("0000%02x00/0000ff00 at 4", next)}, Action: drop}
+	}
+	icmp6 := func(typ string) []string {
+		return []string{"60000000/f0000000 at 0", "00003a00/0000ff00 at 4", typ + "000000/ff000000 at 40"}
+	}
+	wantFilters[tapName][17] = tcFilter{Protocol: "ipv6", Matches: icmp6("86"), Action: drop}
+	wantFilters[tapName][18] = tcFilter{Protocol: "ipv6", Matches: icmp6("89"), Action: drop}
+	wantFilters[tapName][1124] = tcFilter{Protocol: "ipv6", Matches: icmp6("88"), Action: drop}
 	for dev, want := range wantFilters {
 		if diff := cmp.Diff(want, tcFilters(t, tp.pod, dev)); diff != "" {
 			t.Errorf("filters on %s (-want +got):\n%s", dev, diff)

@@ -13,10 +13,15 @@
 //	        (each requires the pod's MAC as the Ethernet source)
 //	  1-2   UDP 68 -> 67 from 0.0.0.0 or the pod IP, no action:
 //	        up the tap's stack ──► DHCP server (socket bound to the tap)
-//	  3-41  IPv4 from the pod IP, ARP from the pod's MAC and IP (or 0.0.0.0),
-//	        IPv6 from a pod IPv6 address (or :: for DAD), mirred redirect:
+//	  3-6   IPv4 from the pod IP, ARP from the pod's MAC and IP (or 0.0.0.0),
+//	        IPv6 neighbor solicitations from :: (DAD), mirred redirect:
 //	        ──► eth0 egress ──► node
-//	  42    anything else, mirred redirect to a removed device: dropped
+//	  7-18  IPv6 with an extension header, router advertisements,
+//	        redirects: dropped (mirred redirect to a removed device)
+//	  100-  neighbor advertisements from a pod IPv6 address for a pod
+//	        IPv6 address, redirected; 1124 any other one: dropped
+//	  1125- IPv6 from a pod IPv6 address, redirected
+//	  1157  anything else: dropped
 //
 // The guest is attacker-controlled. From the tap the node receives only
 // frames with the pod's MAC as the Ethernet source and the pod's addresses
@@ -32,6 +37,25 @@
 // address another way, as NetworkManager's default "stable-privacy" does,
 // must be told to use eui64.) Every other frame is dropped: other
 // ethertypes, and VLAN-tagged frames (tc sees them as protocol 802.1Q).
+//
+// Even from its own IPv6 addresses the guest may not act as a router or
+// claim someone else's address: router advertisements (ICMPv6 134) and
+// redirects (137) are dropped, and a neighbor advertisement (136) passes
+// only when its target is one of the pod's IPv6 addresses. u32 compares
+// bytes at fixed offsets, so it can read the ICMPv6 type only right behind
+// the 40-byte IPv6 header; a router advertisement behind a destination
+// options header, or in fragments, would not be seen. So IPv6 from the
+// guest with any extension header (hop-by-hop, routing, fragment, AH,
+// destination options, mobility, HIP, shim6, the experimental 253 and 254)
+// is dropped, whatever follows it. What that costs a guest: its MLD
+// reports (they carry a hop-by-hop router alert) do not leave the pod,
+// which is harmless because the pod interface holds the same addresses and
+// reports the same solicited-node groups itself; and it cannot send IPv6
+// fragments, so a UDP datagram larger than the MTU over IPv6 is lost (TCP
+// and path MTU discovery are unaffected). ESP passes: nothing after it is
+// readable without the key. Allowing fragments would need the fragment
+// header's next header checked and ND fragments refused (RFC 6980), and
+// no receiver can be trusted to drop a fragmented advertisement itself.
 // The pod netns's own stack gets only DHCP client messages (see Attach).
 //
 // Dropping without gact: the last filter on the tap redirects with mirred to

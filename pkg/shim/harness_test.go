@@ -348,8 +348,16 @@ func vmSpec(p testPod, netns, memory string, extra map[string]string) *specs.Spe
 		CPU: &specs.LinuxCPU{Quota: &quota, Period: &period}, Memory: &specs.LinuxMemory{Limit: &mem},
 	}
 	s.Mounts = []specs.Mount{{Destination: "/etc/resolv.conf", Source: "/dev/null", Type: "bind"}}
+	// containerd's CRI writes the kubelet's oom_score_adj for the
+	// container here.
+	adj := burstableOOMScoreAdj
+	s.Process = &specs.Process{OOMScoreAdj: &adj}
 	return s
 }
+
+// burstableOOMScoreAdj is an oom_score_adj the kubelet gives a Burstable
+// pod's container (2..999), unlike what QEMU would inherit from the shim.
+const burstableOOMScoreAdj = 500
 
 // fifo makes a FIFO and opens its read side, as containerd's cio does.
 func fifo(t testing.TB, path string) *os.File {

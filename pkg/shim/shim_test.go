@@ -226,6 +226,11 @@ func TestShimRunsVMPod(t *testing.T) {
 
 	// QEMU runs jailed, as the uid leased to its pod.
 	testguest.AssertJailed(t, int(qemuPID), e.leasedUID(t))
+	// With the container's oom_score_adj, not the shim's.
+	if b, err := os.ReadFile("/proc/" + itoa(int(qemuPID)) + "/oom_score_adj"); err != nil ||
+		strings.TrimSpace(string(b)) != itoa(burstableOOMScoreAdj) {
+		t.Errorf("QEMU's oom_score_adj = %q, %v; want the container's %d", b, err, burstableOOMScoreAdj)
+	}
 
 	// The guest answers on the pod IP, seen from the node.
 	body := httpGet(t, e.nodeNS, e.podIP+":8080")

@@ -78,6 +78,7 @@ func createVM(ctx context.Context, p *pod, r *taskAPI.CreateTaskRequest, oci *sp
 		InstanceID:   oci.Annotations[vmspec.CRISandboxUID],
 		Cgroup:       cgPath,
 		CPU:          cpu,
+		OOMScoreAdj:  oomScoreAdj(oci),
 		ConsoleOut:   v.console.output(),
 		Record:       v.record,
 	}
@@ -244,4 +245,14 @@ func (v *vmTask) stats(context.Context) (*anypb.Any, error) {
 func (v *vmTask) delete(ctx context.Context) error {
 	v.console.close()
 	return v.vm.Delete(ctx)
+}
+
+// oomScoreAdj is the container's oom_score_adj as containerd's CRI wrote
+// it from the kubelet's (already clamped to containerd's own when it runs
+// with restrict_oom_score_adj); nil when the spec has none.
+func oomScoreAdj(oci *specs.Spec) *int {
+	if oci.Process == nil {
+		return nil
+	}
+	return oci.Process.OOMScoreAdj
 }

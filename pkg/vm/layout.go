@@ -54,8 +54,13 @@ func (l Layout) Console() string { return filepath.Join(l.VMDir(), "console.sock
 // VM dir: QEMU never sees it.
 func (l Layout) ConsoleLog() string { return filepath.Join(l.Dir, "console.log") }
 
-// GuestAgent is the QEMU guest agent channel's socket.
-func (l Layout) GuestAgent() string { return filepath.Join(l.VMDir(), "qga.sock") }
+// GuestAgent is the QEMU guest agent channel's socket. It is not in
+// VMDir: libvirt (root) connects to it by path, following links, each
+// time the guest's agent opens its port, and a QEMU that owned its dir
+// could make it a link to any socket on the node. libvirt makes the
+// socket and hands QEMU the listening descriptor, so QEMU needs no access
+// to the path, and Dir is root's.
+func (l Layout) GuestAgent() string { return filepath.Join(l.Dir, "qga.sock") }
 
 // NVRAM is the VM's UEFI variable store.
 func (l Layout) NVRAM() string { return filepath.Join(l.VMDir(), "nvram.fd") }

@@ -35,6 +35,9 @@ type Config struct {
 	MemoryLimit uint64
 	// Jail confines QEMU; required.
 	Jail Jail
+	// OOMScoreAdj is QEMU's oom_score_adj, set by its jail (nil: the one
+	// inherited from libvirt's process).
+	OOMScoreAdj *int
 	// ConsoleOut receives what the guest writes on its serial console,
 	// from its first byte (nil: the log only). ConsoleLogBytes caps each
 	// of the log's two files (0: DefaultConsoleLogBytes).
@@ -164,6 +167,7 @@ func jailSpec(cfg Config, domainType string) jail.Spec {
 		Writable:      []string{l.VMDir()},
 		SecretDir:     filepath.Join(cfg.Jail.LibvirtRoot, "lib", "qemu"),
 		FileSizeLimit: cfg.Jail.DiskCap,
+		OOMScoreAdj:   cfg.OOMScoreAdj,
 	}
 	for _, f := range []string{cfg.Image.Disk, cfg.Image.Kernel, cfg.Image.Initrd} {
 		if f != "" {
@@ -405,7 +409,7 @@ func (m *Machine) Delete(ctx context.Context) error {
 	}
 	l := m.layout
 	errs = append(errs, os.RemoveAll(l.VMDir()), os.RemoveAll(l.JailDevices()))
-	for _, f := range []string{l.JailSpec(), l.JailRoot(), l.ConsoleLog(), l.ConsoleLog() + ".1"} {
+	for _, f := range []string{l.JailSpec(), l.JailRoot(), l.ConsoleLog(), l.ConsoleLog() + ".1", l.GuestAgent()} {
 		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}

@@ -47,6 +47,10 @@ type Request struct {
 	// controls, before the guest's first instruction.
 	Cgroup podcgroup.Path
 	CPU    *specs.LinuxCPU
+	// OOMScoreAdj is QEMU's oom_score_adj: the kubelet's for the
+	// container (OCI process.oomScoreAdj, CRI oom_score_adj), not the
+	// runtime's, which QEMU would inherit. nil keeps the inherited one.
+	OOMScoreAdj *int
 	// ConsoleOut receives the serial console from its first byte (nil:
 	// the log only); ConsoleLogBytes caps each console log file.
 	ConsoleOut      io.Writer
@@ -132,6 +136,9 @@ func Create(ctx context.Context, req Request, open Opener) (_ *VM, retErr error)
 	if err != nil {
 		return nil, err
 	}
+	if a := req.OOMScoreAdj; a != nil && (*a < -1000 || *a > 1000) {
+		return nil, fmt.Errorf("oom_score_adj %d: not in [-1000, 1000]: %w", *a, errdefs.ErrInvalidArgument)
+	}
 	v.hv = env.Runtime.hv
 	v.limit = MemoryLimit(req.Spec, env.Host)
 	if err := CheckPodLimit(req.Spec, env.Host, podcgroup.MemoryLimit(req.Cgroup.PodDir())); err != nil {
@@ -178,7 +185,8 @@ func Create(ctx context.Context, req Request, open Opener) (_ *VM, retErr error)
 		return nil, err
 	}
 	v.machine, err = env.Runtime.Create(ctx, Config{Spec: req.Spec, Host: env.Host, Image: img, Layout: req.Layout,
-		NICs: nics, Volumes: vols, Jail: env.Jail, ConsoleOut: req.ConsoleOut, ConsoleLogBytes: req.ConsoleLogBytes})
+		NICs: nics, Volumes: vols, Jail: env.Jail, OOMScoreAdj: req.OOMScoreAdj,
+		ConsoleOut: req.ConsoleOut, ConsoleLogBytes: req.ConsoleLogBytes})
 	if err != nil {
 		return nil, err
 	}

@@ -101,6 +101,11 @@ func TestCrictlVMPod(t *testing.T) {
 	if !strings.Contains(logs, "VMPOD-GUEST: qemu-ga ready") {
 		t.Fatalf("the guest agent did not start:\n%s", logs)
 	}
+	// QEMU has the container's oom_score_adj, not the server's.
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/oom_score_adj", n.qemuPID())); err != nil ||
+		strings.TrimSpace(string(b)) != strconv.Itoa(burstableOOMScoreAdj) {
+		t.Errorf("QEMU's oom_score_adj = %q, %v; want the container's %d", b, err, burstableOOMScoreAdj)
+	}
 
 	n.checkExecSync(id)
 	n.checkExec(id)
@@ -198,9 +203,15 @@ func (n *node) ctrConfig(file, ref string, attempt int, annotations map[string]s
 		"log_path":    fmt.Sprintf("vm/%d.log", attempt),
 		"annotations": annotations,
 		"linux": map[string]any{"resources": map[string]any{
-			"memory_limit_in_bytes": 256 << 20, "cpu_period": 100000, "cpu_quota": 100000, "cpu_shares": 1024}},
+			"memory_limit_in_bytes": 256 << 20, "cpu_period": 100000, "cpu_quota": 100000, "cpu_shares": 1024,
+			"oom_score_adj": burstableOOMScoreAdj}},
 	})
 }
+
+// burstableOOMScoreAdj is an oom_score_adj the kubelet gives a Burstable
+// pod's container (2..999), unlike what QEMU would inherit from the
+// server.
+const burstableOOMScoreAdj = 500
 
 // TestCrictlServerRestart: a server killed (SIGKILL) while its VM runs
 // leaves checkpoints; the next one takes the VM over: the container is

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
 )
 
 // maxAgentReply bounds one reply of the guest agent (the guest is
@@ -31,8 +32,7 @@ func agentCommand(ctx context.Context, path, name, command string, timeout time.
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl
 	}
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", path)
+	conn, err := dialNoFollow(ctx, path)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w: %v", subj, errdefs.ErrUnavailable, err)
 	}
@@ -103,6 +103,30 @@ func agentCommand(ctx context.Context, path, name, command string, timeout time.
 		return "", fmt.Errorf("%s: %w: the agent refused the command: %s", subj, errdefs.ErrInvalidArgument, reply.Error.Desc)
 	}
 	return string(line), nil
+}
+
+// dialNoFollow connects to the unix socket at path, which must be a
+// socket and not a link. The runtime keeps the agent's socket out of
+// QEMU's dir (pkg/vm's Layout), but a VM started by an earlier version has
+// it in the dir QEMU owns, where a compromised QEMU could make it a link
+// to another socket on the node.
+func dialNoFollow(ctx context.Context, path string) (net.Conn, error) {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return nil, fmt.Errorf("%s is not a socket", path)
+	}
+	// connect(2) through the descriptor's magic link reaches the very
+	// socket checked above.
+	var d net.Dialer
+	return d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d", fd))
 }
 
 // readLine reads one line, at most maxAgentReply long, without its end.
