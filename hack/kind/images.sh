@@ -166,7 +166,9 @@ for b in "${need[@]}"; do
 done
 log "go build ${pkgs[*]##*/} (cold: minutes each; the Go build cache makes it seconds)"
 timed "go build" gobuild "${pkgs[@]}"
-[[ ! -f $out/k8s/v3 ]] || mv "$out/k8s/v3" "$out/k8s/etcd"
+# go names go.etcd.io/etcd/server/v3's binary after the element before
+# the major version.
+for f in server v3; do [[ ! -f $out/k8s/$f ]] || mv "$out/k8s/$f" "$out/k8s/etcd"; done
 for b in containerd ctr containerd-shim-runc-v2 crictl; do
 	if [[ ! -x $(bin "$b") ]]; then
 		log "containerd 2.4.2 and crictl (hack/containerd/install.sh)"
