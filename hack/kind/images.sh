@@ -66,6 +66,12 @@ timed() {
 	"$@"
 	log "$label: $((SECONDS - start)) s"
 }
+# logged FILE CMD...: runs CMD with its output in FILE.
+logged() {
+	local f=$1
+	shift
+	"$@" >"$f" 2>&1
+}
 # digest FILE|DIR|-s STRING...: one digest of the contents of everything named.
 digest() {
 	{
@@ -104,7 +110,8 @@ if [[ $(image_label "$BASE_IMAGE" io.vmpod.inputs) != "$base_digest" ]]; then
 		rm -rf "$out/base"
 		mkdir -p "$out/base"
 		log "debootstrap $SUITE into $rootfs (minutes)"
-		timed debootstrap debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$rootfs.tmp" ${mirror:+"$mirror"} >"$out/base/debootstrap.log" 2>&1 ||
+		timed debootstrap logged "$out/base/debootstrap.log" \
+			debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$rootfs.tmp" ${mirror:+"$mirror"} ||
 			die "debootstrap failed: $out/base/debootstrap.log"
 		mv "$rootfs.tmp" "$rootfs.debootstrap"
 		echo "$SUITE $PACKAGES" >"$out/stamps/debootstrap"
