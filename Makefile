@@ -44,7 +44,7 @@ test: deps guest
 # driver on cgroup v2: a node booted as a TCG VM over this machine's root
 # (test/nodevm builds only with the tag nodevm; about 2 minutes).
 nodevm: deps guest
-	$(GO) test -tags nodevm -count=1 -timeout 15m -v ./test/nodevm
+	$(GO) test -tags nodevm -count=1 -timeout 20m -v ./test/nodevm
 
 # A cluster in network namespaces running a VM pod (a containerd node, and
 # a VM-only node whose kubelet talks to vm-runtime cri)

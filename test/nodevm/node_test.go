@@ -69,11 +69,11 @@ func TestCgroupV2SystemdNode(t *testing.T) {
 		fmt.Fprintf(&sh, "export %s=%q\n", k, v)
 	}
 	// The harness finds the repo from the working directory.
-	fmt.Fprintf(&sh, "cd %q\nexec %s/nodevm.test -test.run '^TestCgroupV2SystemdNode$' -test.v -test.timeout 5m\n",
+	fmt.Fprintf(&sh, "cd %q\nexec %s/nodevm.test -test.run '^TestCgroupV2SystemdNode$' -test.v -test.timeout 9m\n",
 		filepath.Join(repo, "test", "nodevm"), nodevm.ShareDir)
 	// The repo (and the test guest in it) must be visible in the node even
 	// when it lives under /tmp, as a CI clone may.
-	res := nodevm.Run(t, nodevm.Options{Script: sh.String(), Files: files, Timeout: 6 * time.Minute,
+	res := nodevm.Run(t, nodevm.Options{Script: sh.String(), Files: files, Timeout: 10 * time.Minute,
 		Expose: []string{repo, testguest.Dir(t)}})
 	for _, line := range strings.Split(strings.TrimSpace(string(res.Files[factsFile])), "\n") {
 		if line != "" {
