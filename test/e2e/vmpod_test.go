@@ -150,9 +150,18 @@ func testExec(t *testing.T, d frontDoor) {
 }
 
 // TestAttachAndStats: kubectl attach streams the serial console, and the
-// kubelet's stats summary (kubectl top) has the VM's CPU and memory.
+// kubelet's stats summary (kubectl top) has the VM's CPU and memory. On
+// both kinds of node.
 func TestAttachAndStats(t *testing.T) {
-	pod := create(t, makePod("attach").obj())
+	for _, d := range frontDoors(t) {
+		t.Run(d.name, func(t *testing.T) { testAttachAndStats(t, d) })
+	}
+}
+
+func testAttachAndStats(t *testing.T, d frontDoor) {
+	b := makePod("attach")
+	d.place(&b.pod.Spec)
+	pod := create(t, b.obj())
 	p := waitRunning(t, pod.Name)
 	waitLog(t, pod.Name, "VMPOD-GUEST: ready")
 
