@@ -17,7 +17,7 @@ FUZZTIME ?= 50000x
 # Tests that boot the guest find it here.
 export VMPOD_GUEST_DIR := $(GUEST_DIR)
 
-.PHONY: all deps guest build test unit fuzz bench clean demo demo-down e2e nodevm
+.PHONY: all deps guest build test unit fuzz bench clean demo demo-down e2e nodevm kind
 
 all: build
 
@@ -33,7 +33,7 @@ build: deps
 	CGO_ENABLED=0 $(GO) build -o $(OUT)/bin/containerd-shim-vmpod-v2 ./cmd/containerd-shim-vmpod-v2
 
 test: deps guest
-	$(GO) vet -tags e2e,nodevm,systemdnode ./...
+	$(GO) vet -tags e2e,nodevm,systemdnode,kind ./...
 	$(GO) test -count=1 -timeout 30m ./...
 	@$(MAKE) --no-print-directory fuzz
 	@$(MAKE) --no-print-directory nodevm
@@ -55,6 +55,14 @@ demo: deps guest
 
 demo-down:
 	@hack/local-down.sh
+
+# vmpod on a kind cluster, installed as a user installs it (test/kind
+# builds only with the tag kind): kind's node image and vmpod's images
+# built offline (cached in Docker and _output/kind), `kind create cluster`,
+# `kubectl apply -k manifests/`, a VM Deployment and Service, uninstall,
+# `kind delete cluster`. Phase times in _output/kind/phases.txt.
+kind: deps guest
+	$(GO) test -tags kind -count=1 -timeout 60m -v ./test/kind
 
 # The end-to-end tests against a fresh local cluster, removed afterwards
 # (test/e2e builds only with the tag e2e: a plain go test ./... skips it).

@@ -30,6 +30,10 @@ packages=(
   # postinst start goes through invoke-rc.d, which these machines' policy-rc.d
   # (exit 101) denies; elsewhere it starts a system dbus-daemon, nothing more.
   systemd dbus
+  # kind's node image, built offline (hack/kind/images.sh): a Debian root
+  # by debootstrap, jq for its containerd base spec (Docker itself is on
+  # every machine of this project; test/kind says so where it is not)
+  debootstrap jq
 )
 
 missing=()

@@ -1,19 +1,15 @@
 // Package kind checks the kind cluster config and the workflow that uses it
 // without Docker: the config is decoded with kind's own v1alpha4 API types
-// (strictly, as kind does); its containerd patches are applied the way kind
-// applies them (pkg/internal/patch.ContainerdTOML: a patch goes only into a
-// config of its version, as a JSON merge patch) to the containerd config of
-// the node image of the kind release in go.mod, which kind ships in its
-// module, and to the same config migrated to version 3; containerd 2.4.2
-// itself loads the results when it is built. The kind defaults vmpod
-// relies on (the systemd cgroup driver) are read from that release too.
+// (strictly, as kind does); the vmpod installer (manifests/installer) is
+// run on the containerd config of the node image of the kind release in
+// go.mod, which kind ships in its module, and containerd 2.4.2 itself
+// loads the result when it is built. The kind defaults vmpod relies on
+// (the systemd cgroup driver) are read from that release too.
 package kind
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
-	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -50,47 +46,32 @@ func loadCluster(t *testing.T) v1alpha4.Cluster {
 	return c
 }
 
-// TestClusterConfig: one containerd patch per config version, each with
-// the runtime under that version's names, and every node mounts the shim.
+// TestClusterConfig: a control plane and a worker, kind's containerd
+// config untouched (the installer adds the vmpod runtime, as on any
+// cluster: docs/install.md), nothing of the host mounted, the kubelet gate
+// that counts overhead twice off and cgroup v1 hosts allowed.
 func TestClusterConfig(t *testing.T) {
 	c := loadCluster(t)
-	versions := map[int]bool{}
-	var shimDir string
-	for i, p := range c.ContainerdConfigPatches {
-		var patch map[string]any
-		if _, err := toml.Decode(p, &patch); err != nil {
-			t.Fatalf("containerd patch %d is not TOML: %v", i, err)
-		}
-		v := configVersion(patch)
-		if runtimes[v] == nil {
-			t.Fatalf("containerd patch %d has version %d: want 2, 3 or 4, set, so that kind applies it only to a config of that version", i, v)
-		}
-		if versions[v] {
-			t.Errorf("two containerd patches for version %d", v)
-		}
-		versions[v] = true
-		rt := checkRuntime(t, patch, runtimes[v])
-		shimDir = path.Dir(rt["runtime_path"].(string))
-	}
-	for v := range runtimes {
-		if !versions[v] {
-			t.Errorf("no containerd patch for version %d (kind's node images: 2; containerd 2.x: 3 and 4)", v)
-		}
-	}
-
+	var roles []string
 	for i, n := range c.Nodes {
-		found := false
-		for _, m := range n.ExtraMounts {
-			if m.ContainerPath == shimDir {
-				found = true
-				if filepath.IsAbs(m.HostPath) || !strings.HasPrefix(m.HostPath, "_output/kind/") {
-					t.Errorf("node %d mounts %q: want a path under _output/kind/, relative to the repository root where hack/kind/build.sh puts it", i, m.HostPath)
-				}
-			}
+		roles = append(roles, string(n.Role))
+		if len(n.ExtraMounts) != 0 {
+			t.Errorf("node %d (%s) mounts %v: the installer puts vmpod into the node", i, n.Role, n.ExtraMounts)
 		}
-		if !found {
-			t.Errorf("node %d (%s) does not mount the shim's directory %s", i, n.Role, shimDir)
+	}
+	if !slices.Equal(roles, []string{"control-plane", "worker"}) {
+		t.Errorf("nodes %v, want a control-plane and a worker", roles)
+	}
+	for i, p := range c.ContainerdConfigPatches {
+		if strings.Contains(p, "vmpod") {
+			t.Errorf("containerd patch %d names vmpod: the installer adds the runtime, and uninstall must leave kind's config as kind wrote it", i)
 		}
+	}
+	if on, ok := c.FeatureGates["InPlacePodLevelResourcesVerticalScaling"]; !ok || on {
+		t.Errorf("featureGates InPlacePodLevelResourcesVerticalScaling = %v (set: %v), want false (docs/install.md)", on, ok)
+	}
+	if !slices.ContainsFunc(c.KubeadmConfigPatches, func(p string) bool { return strings.Contains(p, "failCgroupV1: false") }) {
+		t.Errorf("no kubeadm patch with failCgroupV1: false: a cgroup v1 host's kubelets would not start")
 	}
 }
 
@@ -190,82 +171,61 @@ func TestKindDefaults(t *testing.T) {
 	}
 }
 
-// kindPatch applies containerd config patches as kind does
-// (pkg/internal/patch.ContainerdTOML, internal to kind): a patch that sets
-// a version other than the config's is skipped; the others are merge
-// patches (tables merge, values replace). It returns the result and how
-// many patches applied.
-func kindPatch(t *testing.T, config string, patches []string) (map[string]any, int) {
-	t.Helper()
-	var m map[string]any
-	if _, err := toml.Decode(config, &m); err != nil {
+// TestInstallerOnKindNodeConfig runs the installer as its DaemonSet does
+// (manifests/installer/vmpod-installer.sh against a scratch host root) on
+// kind's node containerd config: the vmpod runtime is added next to kind's
+// runc, containerd 2.4.2 (when built) loads the result, and uninstall gives
+// kind's config back byte for byte.
+func TestInstallerOnKindNodeConfig(t *testing.T) {
+	kindConfig := kindNodeConfig(t)
+	host := t.TempDir()
+	cfgPath := filepath.Join(host, "etc", "containerd", "config.toml")
+	if err := os.MkdirAll(filepath.Dir(cfgPath), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	version, applied := configVersion(m), 0
-	if version == 0 {
-		t.Fatal("the node config has no version; kind refuses to patch it")
+	if err := os.WriteFile(cfgPath, []byte(kindConfig), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	for _, p := range patches {
-		var patch map[string]any
-		if _, err := toml.Decode(p, &patch); err != nil {
-			t.Fatal(err)
-		}
-		if v := configVersion(patch); v != 0 && v != version {
-			continue
-		}
-		merge(m, patch)
-		applied++
+	bin := filepath.Join(host, "image", "vm-runtime")
+	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+		t.Fatal(err)
 	}
-	return m, applied
-}
-
-// TestPatchOnKindNodeConfig applies the patches to kind's node config and
-// to that config migrated by containerd 2.4.2 (to version 4, and the same
-// marked version 3), as kind would, and has containerd load the results
-// when it is built: exactly one patch applies, the vmpod runtime is there
-// next to kind's runc.
-func TestPatchOnKindNodeConfig(t *testing.T) {
-	patches := loadCluster(t).ContainerdConfigPatches
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run := func(mode string) {
+		t.Helper()
+		cmd := exec.Command("sh", filepath.Join("..", "..", "manifests", "installer", "vmpod-installer.sh"), mode)
+		// kind's node image runs containerd 2.x.
+		cmd.Env = append(os.Environ(), "HOST_ROOT="+host, "VMPOD_BIN="+bin, "RESTART_CONTAINERD=none",
+			"CHECK_HOST=false", "CONTAINERD_VERSION=2.4.2")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("installer %s: %v\n%s", mode, err, out)
+		}
+	}
+	run("install")
+	b, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var node map[string]any
+	if _, err := toml.Decode(string(b), &node); err != nil {
+		t.Fatalf("the installed config is not TOML: %v\n%s", err, b)
+	}
+	v := configVersion(node)
+	checkRuntime(t, node, runtimes[v])
+	checkKindRunc(t, node, runtimes[v])
 	containerd := filepath.Join("..", "..", "_output", "bin", "containerd")
-	haveContainerd := true
-	if _, err := os.Stat(containerd); err != nil {
-		haveContainerd = false
-		t.Logf("containerd not built (hack/containerd/install.sh): not asking containerd itself, not migrating to version 3")
+	if _, err := os.Stat(containerd); err == nil {
+		loaded := containerdDump(t, containerd, node)
+		checkRuntime(t, loaded, runtimes[4])
+		checkKindRunc(t, loaded, runtimes[4])
+	} else {
+		t.Logf("containerd not built (hack/containerd/install.sh): not asking containerd itself")
 	}
-	configs := map[int]string{2: kindNodeConfig(t)}
-	if haveContainerd {
-		base := filepath.Join(t.TempDir(), "kind-v2.toml")
-		if err := os.WriteFile(base, []byte(configs[2]), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		out, err := exec.Command(containerd, "--config", base, "config", "migrate").Output()
-		if err != nil {
-			t.Fatalf("containerd config migrate: %v\n%s", err, stderr(err))
-		}
-		configs[4] = string(out)
-		if !strings.HasPrefix(configs[4], "version = 4\n") {
-			t.Fatalf("containerd config migrate made:\n%s", out)
-		}
-		configs[3] = "version = 3\n" + strings.TrimPrefix(configs[4], "version = 4\n")
-	}
-	for v, config := range configs {
-		t.Run(fmt.Sprintf("version %d", v), func(t *testing.T) {
-			node, applied := kindPatch(t, config, patches)
-			if configVersion(node) != v {
-				t.Fatalf("config version %d, want %d", configVersion(node), v)
-			}
-			if applied != 1 {
-				t.Errorf("%d patches applied to a version %d config, want 1", applied, v)
-			}
-			checkRuntime(t, node, runtimes[v])
-			checkKindRunc(t, node, runtimes[v])
-			if !haveContainerd {
-				return
-			}
-			loaded := containerdDump(t, containerd, node)
-			checkRuntime(t, loaded, runtimes[4])
-			checkKindRunc(t, loaded, runtimes[4])
-		})
+	run("uninstall")
+	if after, err := os.ReadFile(cfgPath); err != nil || string(after) != kindConfig {
+		t.Errorf("after uninstall kind's config is not as kind wrote it (%v):\n%s", err, after)
 	}
 }
 
@@ -292,20 +252,6 @@ func containerdDump(t *testing.T, containerd string, config map[string]any) map[
 	return loaded
 }
 
-// merge merges src into dst as a JSON merge patch (RFC 7386) without
-// nulls, which TOML cannot express.
-func merge(dst, src map[string]any) {
-	for k, v := range src {
-		if sm, ok := v.(map[string]any); ok {
-			if dm, ok := dst[k].(map[string]any); ok {
-				merge(dm, sm)
-				continue
-			}
-		}
-		dst[k] = v
-	}
-}
-
 // TestWorkflow: the copyable workflow names files that exist and the kind
 // config and manifests of this directory.
 func TestWorkflow(t *testing.T) {
@@ -330,15 +276,15 @@ func TestWorkflow(t *testing.T) {
 		}
 	}
 	text := runs.String()
-	for _, want := range []string{"hack/kind/build.sh", "--config hack/kind/cluster.yaml", "hack/kind/node-setup.sh", "kubectl apply -k hack/kind/manifests",
-		"-tags e2e", "./test/e2e", "cgroup2fs", "cgroupDriver: systemd"} {
+	for _, want := range []string{"hack/kind/build.sh", "hack/kind/up.sh", "examples/test-guest.yaml", "VMPOD_RUN_MODE=uninstall",
+		"kubectl delete -k manifests/", "cgroup2fs", "cgroupDriver: systemd"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the workflow does not run %q", want)
 		}
 	}
 	for _, f := range strings.Fields(text) {
 		f = strings.Trim(f, `"';`)
-		if strings.HasPrefix(f, "hack/") || strings.HasPrefix(f, "./test/") {
+		if strings.HasPrefix(f, "hack/") || strings.HasPrefix(f, "./test/") || strings.HasPrefix(f, "examples/") || strings.HasPrefix(f, "manifests/") {
 			if _, err := os.Stat(filepath.Join("..", "..", f)); err != nil {
 				t.Errorf("the workflow names %s: %v", f, err)
 			}

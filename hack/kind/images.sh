@@ -19,7 +19,10 @@
 #       (hack/kind/nodenet): Debian's ptp/host-local/portmap plugins on each
 #       node's podCIDR plus routes between nodes, in place of kindnetd.
 #
-# Usage: hack/kind/images.sh       (prints the node image's name on stdout)
+# Usage: hack/kind/images.sh [--with-qemu]   (prints the node image's name on stdout)
+#   --with-qemu  also localhost/vmpod/kind-node:v1.37.2-qemu, the node image
+#                with QEMU and libvirt's QEMU driver (hack/kind/node/install-qemu.sh,
+#                apt at build time), and print that name instead
 # Environment:
 #   K8S_BIN  where kubelet, kubectl, kube-apiserver, kube-controller-manager,
 #            kube-proxy, etcd, containerd, ctr, containerd-shim-runc-v2 and
@@ -39,6 +42,7 @@ cd "$repo"
 K8S_VERSION=v1.37.2
 BASE_IMAGE=localhost/vmpod/kind-base:bookworm
 NODE_IMAGE=localhost/vmpod/kind-node:$K8S_VERSION
+QEMU_NODE_IMAGE=$NODE_IMAGE-qemu
 NODENET_IMAGE=localhost/vmpod/kind-nodenet:v1
 SUITE=bookworm
 # kind's images/base installs these (minus nfs-common and open-iscsi, for
@@ -50,6 +54,16 @@ PACKAGES=systemd,conntrack,iptables,nftables,iproute2,ethtool,util-linux,mount,k
 BASE_RECIPE=base-1
 IMAGES_RECIPE=images-1
 K8S_LDFLAGS="-X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37"
+
+with_qemu=0
+case ${1:-} in
+"") ;;
+--with-qemu) with_qemu=1 ;;
+*)
+	echo "usage: $0 [--with-qemu]" >&2
+	exit 2
+	;;
+esac
 
 out=$repo/_output/kind
 K8S_BIN=${K8S_BIN:-$repo/_output/bin}
@@ -331,4 +345,24 @@ if [[ $(image_label "$NODE_IMAGE" io.vmpod.inputs) != "$node_digest" ]]; then
 	timed "docker build" docker build -q --label "io.vmpod.inputs=$node_digest" -t "$NODE_IMAGE" "$ctx" >/dev/null
 fi
 log "$NODE_IMAGE up to date"
-echo "$NODE_IMAGE"
+if ((!with_qemu)); then
+	echo "$NODE_IMAGE"
+	exit 0
+fi
+
+# --- 6. with QEMU (--with-qemu) -------------------------------------------
+# The node image plus what vmpod needs on a node (node/install-qemu.sh, the
+# same script node-setup.sh runs in a running node), from Debian's packages
+# at build time, so that clusters made from it need no apt.
+qctx=$out/node-qemu
+rm -rf "$qctx"
+mkdir -p "$qctx"
+cp "$here/node/install-qemu.sh" "$qctx/"
+printf '%s\n' "FROM $NODE_IMAGE" "COPY install-qemu.sh /kind/install-qemu.sh" "RUN sh /kind/install-qemu.sh" >"$qctx/Dockerfile"
+qemu_digest=$(digest -s "$node_digest" "$qctx")
+if [[ $(image_label "$QEMU_NODE_IMAGE" io.vmpod.inputs) != "$qemu_digest" ]]; then
+	log "building $QEMU_NODE_IMAGE (apt in the image: QEMU, libvirt's QEMU driver)"
+	timed "docker build (QEMU)" docker build -q --label "io.vmpod.inputs=$qemu_digest" -t "$QEMU_NODE_IMAGE" "$qctx" >/dev/null
+fi
+log "$QEMU_NODE_IMAGE up to date"
+echo "$QEMU_NODE_IMAGE"
