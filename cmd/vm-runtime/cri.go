@@ -49,6 +49,9 @@ func criFlags(args []string) (cri.Config, string, int) {
 	kvmCache := fs.String("kvm-cache", node.DefaultKVMCache, "node-wide KVM probe verdict")
 	uids := fs.String("qemu-uids", "", "FIRST:COUNT uids for QEMU processes, one per pod (default: the jail's range)")
 	diskCap := fs.String("disk-cap", "20Gi", "the most a VM's disk overlay may grow to")
+	imageBytes := fs.String("image-max-bytes", "", "the most an image's files may add up to, unpacked, sparse ones at their full size (default: the --disk-cap)")
+	imageEntries := fs.Uint64("image-max-entries", cri.DefaultImageMaxEntries, "the most tar entries an image's layers may hold, with the dirs their paths imply")
+	imageDepth := fs.Int("image-max-depth", cri.DefaultImageMaxDepth, "the most components a path in an image may have")
 	streamAddr := fs.String("stream-address", cri.DefaultStreamAddr, "host:port of the exec/attach/port-forward streaming server the kubelet connects to (port 0: chosen at start)")
 	cgroupParent := fs.String("default-cgroup-parent", cri.DefaultCgroupParent, "cgroupfs parent of the pods whose sandbox names no cgroup_parent (each gets <parent>/pod<sandbox id>)")
 	cgroupDriver := fs.String("cgroup-driver", "", "the node's cgroup driver, cgroupfs or systemd, which the kubelet takes from the runtime (default: systemd where systemd is the init system, else cgroupfs)")
@@ -84,5 +87,18 @@ func criFlags(args []string) (cri.Config, string, int) {
 		return cri.Config{}, "", 2
 	}
 	cfg.DiskCap = uint64(q.Value())
+	if *imageBytes != "" {
+		q, err := resource.ParseQuantity(*imageBytes)
+		if err != nil || q.Sign() <= 0 {
+			fmt.Fprintf(os.Stderr, "cri: --image-max-bytes %q: want a positive quantity of bytes such as 20Gi\n", *imageBytes)
+			return cri.Config{}, "", 2
+		}
+		cfg.ImageMaxBytes = uint64(q.Value())
+	}
+	if *imageEntries == 0 || *imageDepth <= 0 {
+		fmt.Fprintln(os.Stderr, "cri: --image-max-entries and --image-max-depth: want positive numbers")
+		return cri.Config{}, "", 2
+	}
+	cfg.ImageMaxEntries, cfg.ImageMaxDepth = *imageEntries, *imageDepth
 	return cfg, *listen, 0
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"github.com/vmpod/vmpod/internal/untar"
 	"github.com/vmpod/vmpod/pkg/jail"
 	"github.com/vmpod/vmpod/pkg/node"
 )
@@ -31,6 +32,18 @@ type Config struct {
 	UIDs jail.Range
 	// DiskCap is the most a VM's disk overlay may grow to.
 	DiskCap uint64
+	// ImageMaxBytes, ImageMaxEntries and ImageMaxDepth bound what one
+	// image may unpack into, its layers being the pod author's: the
+	// bytes of its files, each at its expanded size (default DiskCap: an
+	// image's disk is no larger than the disk a VM of it may grow to),
+	// the tar entries of all its layers and the dirs their paths imply
+	// (DefaultImageMaxEntries), and the components of a path in it
+	// (DefaultImageMaxDepth). A pull past one fails with
+	// ResourceExhausted, naming the image, the layer, the entry and the
+	// bound, and leaves nothing on disk.
+	ImageMaxBytes   uint64
+	ImageMaxEntries uint64
+	ImageMaxDepth   int
 	// StreamAddr is where the streaming server (exec, attach,
 	// port-forward) listens, host:port; port 0 picks a free one at start.
 	// The kubelet connects to it and proxies the streams, so the node's
@@ -75,6 +88,17 @@ func detectCgroupDriver() string {
 const DefaultDiskCap = 20 << 30
 
 const (
+	// DefaultImageMaxEntries is the default Config.ImageMaxEntries. A
+	// containerdisk holds a handful of files (a disk, a kernel, an
+	// initrd); the bound leaves room for a distribution's root file
+	// system beside them.
+	DefaultImageMaxEntries = 65536
+	// DefaultImageMaxDepth is the default Config.ImageMaxDepth, far
+	// deeper than /disk/<name> or /boot/vmlinuz.
+	DefaultImageMaxDepth = 64
+)
+
+const (
 	// DefaultStreamAddr is the default Config.StreamAddr: the node's
 	// loopback, a port chosen at start (as containerd's default
 	// stream_server_port "0").
@@ -111,6 +135,15 @@ func (c Config) WithDefaults() Config {
 	if c.DiskCap == 0 {
 		c.DiskCap = DefaultDiskCap
 	}
+	if c.ImageMaxBytes == 0 {
+		c.ImageMaxBytes = c.DiskCap
+	}
+	if c.ImageMaxEntries == 0 {
+		c.ImageMaxEntries = DefaultImageMaxEntries
+	}
+	if c.ImageMaxDepth == 0 {
+		c.ImageMaxDepth = DefaultImageMaxDepth
+	}
 	if c.StreamAddr == "" {
 		c.StreamAddr = DefaultStreamAddr
 	}
@@ -121,6 +154,11 @@ func (c Config) WithDefaults() Config {
 		c.CgroupDriver = detectCgroupDriver()
 	}
 	return c
+}
+
+// imageLimits are the bounds of one image's unpack.
+func (c Config) imageLimits() untar.Limits {
+	return untar.Limits{Bytes: c.ImageMaxBytes, Entries: c.ImageMaxEntries, Depth: c.ImageMaxDepth}
 }
 
 func (c Config) libvirtRoot() string    { return filepath.Join(c.StateRoot, "libvirt") }

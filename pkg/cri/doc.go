@@ -43,7 +43,14 @@
 //   - Images: PullImage through go-containerregistry with the request's
 //     auth; stored by config digest under <state root>/images (record
 //     <algo>/<hex>.json, files <algo>/<hex>/rootfs), unpacked once through
-//     internal/untar and made read-only; ListImages, ImageStatus,
+//     internal/untar (layers flattened top down, whiteouts honoured) and
+//     made read-only. The unpack is bounded (--image-max-bytes, default
+//     the --disk-cap; --image-max-entries; --image-max-depth): past a
+//     bound the pull is ResourceExhausted, naming the image, the layer,
+//     the entry and the bound, and its temp dir is gone. Pulls of one
+//     image (by config digest) unpack it once; a pull waits for nothing
+//     of another image, so one stalled on its registry holds up no other
+//     pull and no removal. ListImages, ImageStatus,
 //     RemoveImage (refused while a container names the image or is
 //     being made from it: useImage holds it from CreateContainer's lookup
 //     until the container is in the server's table),
@@ -189,8 +196,8 @@
 //     namespace, opened there by libvirt and moved into the pod's before
 //     the guest runs, and QEMU entering the pod's namespace in its jailer
 //     (jail.Spec) before it execs.
-//   - Images: pulls are serialized (one unpack at a time), no per-layer
-//     dedup, no pull progress.
+//   - Images: no per-layer dedup, no pull progress; pulls of different
+//     images run at once, with no bound on how many.
 //
 // Under a kubelet (hack/local-up.sh's second node, VM-only: no containerd;
 // test/e2e's TestCRINode): a VM pod placed there by the scheduler runs, its

@@ -31,7 +31,7 @@ func (s *Server) RemoveImage(ctx context.Context, r *runtimeapi.RemoveImageReque
 	if user != "" {
 		return nil, errorf(errdefs.ErrFailedPrecondition, "image %s is used by container %s", img.ID, user)
 	}
-	if err := s.images.Remove(img.ID); err != nil {
+	if err := s.images.Remove(ctx, img.ID); err != nil {
 		return nil, err
 	}
 	return &runtimeapi.RemoveImageResponse{}, nil

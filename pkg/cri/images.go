@@ -18,7 +18,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"golang.org/x/sys/unix"
@@ -42,16 +41,21 @@ type image struct {
 
 // imageStore is the node's images under one dir.
 type imageStore struct {
-	dir string
+	dir    string
+	limits untar.Limits // what one image may unpack into
 
 	mu     sync.Mutex
 	images map[string]*image // by ID
-	// pull serializes unpacking: two pulls of one image unpack it once.
-	pull sync.Mutex
+	// busy holds, by image ID, a channel closed when the pull or the
+	// removal holding that ID (lockID) ends. Two pulls of one image
+	// unpack it once, and an image is never removed while it is being
+	// written; but nothing waits for another image, so a pull stalled on
+	// its registry holds up no other pull and no removal.
+	busy map[string]chan struct{}
 }
 
-func openImageStore(ctx context.Context, dir string) (*imageStore, error) {
-	s := &imageStore{dir: dir, images: map[string]*image{}}
+func openImageStore(ctx context.Context, dir string, limits untar.Limits) (*imageStore, error) {
+	s := &imageStore{dir: dir, limits: limits, images: map[string]*image{}, busy: map[string]chan struct{}{}}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -62,6 +66,13 @@ func openImageStore(ctx context.Context, dir string) (*imageStore, error) {
 	for _, a := range algos {
 		if !a.IsDir() || strings.HasPrefix(a.Name(), ".") {
 			continue
+		}
+		// What an unpack cut short by a crash left.
+		torn, _ := filepath.Glob(filepath.Join(dir, a.Name(), unpackPrefix+"*"))
+		for _, p := range torn {
+			if err := os.RemoveAll(p); err != nil {
+				log.G(ctx).WithError(err).Warn("remove a torn unpack")
+			}
 		}
 		imgs, errs := readCheckpoints[image](filepath.Join(dir, a.Name()))
 		for _, err := range errs {
@@ -139,7 +150,9 @@ func (s *imageStore) List() []image {
 
 // Pull fetches ref for this node's platform with auth (nil: anonymous)
 // and returns its id. An image already stored is not unpacked again; the
-// tag moves to it from any other image, as a registry's tag does.
+// tag moves to it from any other image, as a registry's tag does. The
+// unpack stays within s.limits, and holds only its own image's ID while
+// it reads the registry (lockID).
 func (s *imageStore) Pull(ctx context.Context, ref string, auth *authn.AuthConfig) (string, error) {
 	r, err := name.ParseReference(ref)
 	if err == nil && r.Context().RegistryStr() == "localhost" {
@@ -175,10 +188,13 @@ func (s *imageStore) Pull(ctx context.Context, ref string, auth *authn.AuthConfi
 		return "", err
 	}
 
-	s.pull.Lock()
-	defer s.pull.Unlock()
+	unlock, err := s.lockID(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
 	if _, ok := s.Get(id); !ok {
-		rec, err := unpackImage(img, dir)
+		rec, err := unpackImage(img, dir, s.limits)
 		if err != nil {
 			return "", pullError(ref, err)
 		}
@@ -200,6 +216,32 @@ func (s *imageStore) Pull(ctx context.Context, ref string, auth *authn.AuthConfi
 			img.RepoDigests = append(img.RepoDigests, repoDigest)
 		}
 	}, tag)
+}
+
+// lockID waits until no other pull or removal holds the image id, then
+// holds it until unlock. It gives up when ctx ends.
+func (s *imageStore) lockID(ctx context.Context, id string) (unlock func(), _ error) {
+	for {
+		s.mu.Lock()
+		held, ok := s.busy[id]
+		if !ok {
+			done := make(chan struct{})
+			s.busy[id] = done
+			s.mu.Unlock()
+			return func() {
+				s.mu.Lock()
+				delete(s.busy, id)
+				s.mu.Unlock()
+				close(done)
+			}, nil
+		}
+		s.mu.Unlock()
+		select {
+		case <-held:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("image %s: waiting for another pull of it: %w", id, ctx.Err())
+		}
+	}
 }
 
 // update changes the record of id and saves it; a tag given moves off
@@ -237,18 +279,24 @@ func (s *imageStore) save(img *image) error {
 }
 
 // Remove deletes the image ref names, record first: a crash in between
-// leaves files no record names, which the next pull replaces.
-func (s *imageStore) Remove(ref string) error {
-	s.pull.Lock()
-	defer s.pull.Unlock()
-	s.mu.Lock()
-	img := s.find(ref)
-	if img != nil {
-		delete(s.images, img.ID)
+// leaves files no record names, which the next pull replaces. It waits
+// for no registry: an image being unpacked has no record yet.
+func (s *imageStore) Remove(ctx context.Context, ref string) error {
+	found, ok := s.Get(ref)
+	if !ok {
+		return nil // the CRI: removing an absent image is no error
 	}
+	unlock, err := s.lockID(ctx, found.ID)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	s.mu.Lock()
+	img := s.images[found.ID]
+	delete(s.images, found.ID)
 	s.mu.Unlock()
 	if img == nil {
-		return nil // the CRI: removing an absent image is no error
+		return nil // removed meanwhile
 	}
 	dir, err := s.path(img.ID)
 	if err != nil {
@@ -263,22 +311,35 @@ func (s *imageStore) Remove(ref string) error {
 	return nil
 }
 
+// unpackPrefix starts the name of an unpack's temp dir, beside the
+// images' dirs.
+const unpackPrefix = ".unpack-"
+
 // unpackImage writes img's flattened layers into dir/rootfs, read-only,
-// through a temp dir, so dir appears whole or not at all.
-func unpackImage(img v1.Image, dir string) (*image, error) {
+// within lim, through a temp dir, so dir appears whole or not at all.
+func unpackImage(img v1.Image, dir string, lim untar.Limits) (*image, error) {
+	layers, err := img.Layers()
+	if err != nil {
+		return nil, err
+	}
+	ls := make([]untar.Layer, len(layers))
+	for i, l := range layers {
+		d, err := l.Digest()
+		if err != nil {
+			return nil, err
+		}
+		ls[i] = untar.Layer{Name: d.String(), Open: l.Uncompressed}
+	}
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		return nil, err
 	}
-	tmp, err := os.MkdirTemp(filepath.Dir(dir), ".unpack-")
+	tmp, err := os.MkdirTemp(filepath.Dir(dir), unpackPrefix)
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
 	rootfs := filepath.Join(tmp, "rootfs")
-	rc := mutate.Extract(img)
-	err = untar.Extract(rc, rootfs)
-	rc.Close()
-	if err != nil {
+	if err := untar.ExtractLayers(rootfs, ls, lim); err != nil {
 		return nil, fmt.Errorf("unpack: %w", err)
 	}
 	rec := &image{}
@@ -314,11 +375,22 @@ func readOnly(root string, rec *image) error {
 	})
 }
 
-// pullError classifies a failed pull by the registry's answer: no such
-// image is NotFound, refused credentials Unauthenticated or
-// PermissionDenied, the rest (the registry, the network, the unpack)
-// Unavailable.
+// limitSettings name where a node admin sets each bound of an unpack.
+var limitSettings = map[untar.Limit]string{
+	untar.LimitBytes:   "vm-runtime cri --image-max-bytes",
+	untar.LimitEntries: "vm-runtime cri --image-max-entries",
+	untar.LimitDepth:   "vm-runtime cri --image-max-depth",
+	untar.LimitPathLen: "the kernel's PATH_MAX",
+}
+
+// pullError classifies a failed pull: an image past one of the node's
+// bounds is ResourceExhausted; by the registry's answer, no such image
+// is NotFound, refused credentials Unauthenticated or PermissionDenied;
+// the rest (the registry, the network, the unpack) Unavailable.
 func pullError(ref string, err error) error {
+	if le := (*untar.LimitError)(nil); errors.As(err, &le) {
+		return errorf(errdefs.ErrResourceExhausted, "pull %s: %v (%s)", ref, err, limitSettings[le.Limit])
+	}
 	var class error = errdefs.ErrUnavailable
 	var te *transport.Error
 	if errors.As(err, &te) {

@@ -66,7 +66,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
-	images, err := openImageStore(ctx, cfg.imageDir())
+	images, err := openImageStore(ctx, cfg.imageDir(), cfg.imageLimits())
 	if err != nil {
 		return nil, err
 	}

@@ -610,18 +610,25 @@ func stderrOf(err error) string {
 // with whatever entries a hostile author would put there.
 func writeContainerdisk(t *testing.T, out, ref string, entries []layerEntry) {
 	t.Helper()
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+	writeOCIImage(t, out, ref, func() (io.ReadCloser, error) {
 		pr, pw := io.Pipe()
 		go func() { pw.CloseWithError(writeLayer(pw, entries)) }()
 		return pr, nil
-	}, tarball.WithMediaType(types.OCILayer))
+	})
+}
+
+// writeOCIImage writes an OCI archive of a one-layer image named ref
+// whose layer is the tar stream layer opens (gzip'd here).
+func writeOCIImage(t *testing.T, out, ref string, layer tarball.Opener) {
+	t.Helper()
+	l, err := tarball.LayerFromOpener(layer, tarball.WithMediaType(types.OCILayer))
 	if err != nil {
 		t.Fatal(err)
 	}
 	epoch := time.Unix(0, 0).UTC()
 	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
 	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
-	img, err = mutate.Append(img, mutate.Addendum{Layer: layer, MediaType: types.OCILayer})
+	img, err = mutate.Append(img, mutate.Addendum{Layer: l, MediaType: types.OCILayer})
 	if err != nil {
 		t.Fatal(err)
 	}
