@@ -1,9 +1,19 @@
 package podnet_test
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"net"
 	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/insomniacslk/dhcp/dhcpv4"
@@ -105,4 +115,199 @@ func TestDHCPPrefixOffLink(t *testing.T) {
 	} else if diff := cmp.Diff(want, leaseOf(ack)); diff != "" {
 		t.Errorf("ACK (-want +got):\n%s", diff)
 	}
+}
+
+// TestUDHCPCPrefixOffLink runs the test guest's DHCP client (busybox
+// udhcpc with hack/guest/rootfs/etc/udhcpc.script) against the DHCP server
+// in the ptp layout, in a guest netns standing in for the VM, and checks
+// that the guest routes as the pod netns does and reaches the neighbour pod
+// on the same node, both ways.
+func TestUDHCPCPrefixOffLink(t *testing.T) {
+	tp := newPTPTopology(t)
+	attach(t, tp.topology, nil)
+	guest := newNetnsGuest(t, tp.topology)
+	udhcpc(t, guest)
+
+	if got := run(t, "ip", "-n", guest, "-4", "-o", "addr", "show", "dev", podIf); !strings.Contains(got, " inet 10.244.0.5/32 ") {
+		t.Errorf("guest's %s: %s, want 10.244.0.5/32", podIf, got)
+	}
+	// Where each destination goes: the pod's neighbour, the gateway, a pod
+	// on another node, a Service. `ip route get` sends nothing.
+	for _, dst := range []string{neighbourIP.String(), nodeIP.String(), "10.244.2.9", "10.96.0.10"} {
+		if pod, got := nextHop(t, tp.pod, dst), nextHop(t, guest, dst); got != pod {
+			t.Errorf("guest routes %s %s, the pod netns %s", dst, got, pod)
+		}
+	}
+	// And by the same routes: option 121 applied in full.
+	if diff := cmp.Diff(routes(t, tp.pod), routes(t, guest)); diff != "" {
+		t.Errorf("guest's routes (-pod netns +guest):\n%s", diff)
+	}
+	if t.Failed() {
+		t.Logf("pod netns routes:\n%s", run(t, "ip", "-n", tp.pod, "route", "show"))
+		t.Logf("guest routes:\n%s", run(t, "ip", "-n", guest, "route", "show"))
+	}
+
+	// TCP between the guest and the neighbour pod, each way; the replies
+	// take the guest's routes too.
+	tcpHello(t, tp.neighbour, guest, neighbourIP)
+	tcpHello(t, guest, tp.neighbour, podIP)
+}
+
+// newNetnsGuest stands in for a VM with a kernel of its own: a network
+// namespace whose eth0 is a tap with the pod's MAC, its frames relayed to
+// and from the tap Attach made in tp.pod, as QEMU's virtio-net would. The
+// relay ends, and the guest's tap goes, when the test ends.
+func newNetnsGuest(t testing.TB, tp topology) string {
+	t.Helper()
+	ns := newNetns(t, "guest")
+	vm := openTap(t, tp.pod, tapName, podMAC)
+	nic := openTap(t, ns, podIf, podMAC)
+	run(t, "ip", "-n", ns, "link", "set", podIf, "address", podMAC.String(), "mtu", fmt.Sprint(podMTU))
+	run(t, "ip", "-n", ns, "link", "set", "lo", "up")
+	var wg sync.WaitGroup
+	relay := func(dst, src *os.File) {
+		defer wg.Done()
+		buf := make([]byte, 65536)
+		for {
+			n, err := src.Read(buf)
+			if err != nil {
+				return // closed
+			}
+			dst.Write(buf[:n]) // a frame the other side cannot take is lost, as on a wire
+		}
+	}
+	wg.Add(2)
+	go relay(vm.f, nic.f)
+	go relay(nic.f, vm.f)
+	t.Cleanup(func() {
+		vm.f.Close()
+		nic.f.Close()
+		wg.Wait()
+	})
+	return ns
+}
+
+// udhcpc runs the test guest's DHCP client in ns as its /init does, with
+// the busybox the test guest is built from (hack/guest/build.sh copies this
+// machine's /bin/busybox). The script's commands are busybox's, as in the
+// guest; what it writes (/etc/resolv.conf, /run/ip, the hostname) stays in
+// a mount and UTS namespace of its own.
+func udhcpc(t testing.TB, ns string) {
+	t.Helper()
+	script, err := filepath.Abs("../../hack/guest/rootfs/etc/udhcpc.script")
+	if err != nil {
+		t.Fatal(err)
+	}
+	busybox, err := exec.LookPath("busybox")
+	if err != nil {
+		t.Fatalf("%v: install busybox-static (hack/install-deps.sh)", err)
+	}
+	bin := t.TempDir()
+	for _, applet := range []string{"ip", "sed", "rm", "hostname"} {
+		if err := os.Symlink(busybox, filepath.Join(bin, applet)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resolv := filepath.Join(t.TempDir(), "resolv.conf")
+	if err := os.WriteFile(resolv, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// As the guest's /init: 5 discovers 1 s apart at most.
+	cmd := exec.CommandContext(ctx, "nsenter", "--net=/run/netns/"+ns, "unshare", "--mount", "--uts", "--",
+		"/bin/sh", "-c", `mount --bind "$0" /etc/resolv.conf && mount -t tmpfs tmpfs /run && exec "$@"`, resolv,
+		busybox, "udhcpc", "-i", podIf, "-s", script, "-O", "224", "-f", "-q", "-n", "-t", "5", "-T", "1")
+	cmd.Env = append(os.Environ(), "PATH="+bin+":/usr/sbin:/usr/bin:/sbin:/bin")
+	out, err := cmd.CombinedOutput()
+	t.Logf("udhcpc:\n%s", out)
+	if err != nil {
+		t.Fatalf("udhcpc: %v", err)
+	}
+}
+
+// nextHop is where ns's routing sends dst: "via <gateway>" or "on the link".
+func nextHop(t testing.TB, ns, dst string) string {
+	t.Helper()
+	f := strings.Fields(run(t, "ip", "-n", ns, "route", "get", dst))
+	for i := 0; i+1 < len(f); i++ {
+		if f[i] == "via" {
+			return "via " + f[i+1]
+		}
+	}
+	return "on the link"
+}
+
+// routes is ns's main IPv4 routing table as "dst" or "dst via gateway",
+// sorted: where each prefix goes, without protocol, scope, source or
+// metric.
+func routes(t testing.TB, ns string) []string {
+	t.Helper()
+	var out []string
+	for _, line := range strings.Split(strings.TrimSpace(run(t, "ip", "-n", ns, "-4", "route", "show", "table", "main")), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		r := f[0]
+		for i := 1; i+1 < len(f); i++ {
+			if f[i] == "via" {
+				r += " via " + f[i+1]
+			}
+		}
+		out = append(out, r)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// tcpHello connects from netns from to to:port, where a listener in netns
+// at answers with a line; bounded: three tries of 2 s each.
+func tcpHello(t testing.TB, at, from string, to netip.Addr) {
+	t.Helper()
+	const port = 9998
+	var ln net.Listener
+	if err := inNetns(at, func() (err error) {
+		ln, err = net.Listen("tcp4", netip.AddrPortFrom(to, port).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return // closed
+			}
+			c.SetDeadline(time.Now().Add(2 * time.Second))
+			io.WriteString(c, "hello from "+to.String()+"\n")
+			c.Close()
+		}
+	}()
+	defer func() { ln.Close(); <-served }()
+
+	var lastErr error
+	for try := 1; try <= 3; try++ {
+		var got []byte
+		lastErr = inNetns(from, func() error {
+			c, err := net.DialTimeout("tcp4", netip.AddrPortFrom(to, port).String(), 2*time.Second)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(2 * time.Second))
+			got, err = io.ReadAll(c)
+			return err
+		})
+		if lastErr == nil {
+			if want := "hello from " + to.String() + "\n"; string(got) != want {
+				t.Errorf("%s -> %s:%d: got %q, want %q", from, to, port, got, want)
+			}
+			return
+		}
+		t.Logf("try %d: %v", try, lastErr)
+	}
+	t.Errorf("%s -> %s:%d: %v", from, to, port, lastErr)
 }
