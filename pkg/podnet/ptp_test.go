@@ -311,3 +311,72 @@ func tcpHello(t testing.TB, at, from string, to netip.Addr) {
 	}
 	t.Errorf("%s -> %s:%d: %v", from, to, port, lastErr)
 }
+
+// TestNetworkdPrefixOffLink is TestUDHCPCPrefixOffLink with
+// systemd-networkd as the guest's DHCP client (what netplan renders
+// `dhcp4: true` to): it must take the /32 lease and option 121 and route as
+// the pod netns does. networkd runs in the guest netns with a mount and UTS
+// namespace of its own (a tmpfs on /run holds its state and its one
+// .network file; the system's .network dirs are hidden), until the test ends.
+func TestNetworkdPrefixOffLink(t *testing.T) {
+	const networkd = "/lib/systemd/systemd-networkd"
+	if _, err := os.Stat(networkd); err != nil {
+		t.Fatalf("%v: install systemd (hack/install-deps.sh)", err)
+	}
+	tp := newPTPTopology(t)
+	attach(t, tp.topology, nil)
+	guest := newNetnsGuest(t, tp.topology)
+
+	conf := "[Match]\nName=" + podIf + "\n\n[Network]\nDHCP=ipv4\nLinkLocalAddressing=no\nIPv6AcceptRA=no\n\n" +
+		"[DHCPv4]\nUseDNS=no\nUseHostname=no\nUseDomains=no\n"
+	var log lockedBuffer
+	cmd := exec.Command("nsenter", "--net=/run/netns/"+guest, "unshare", "--mount", "--uts", "--",
+		"/bin/sh", "-c", `mount -t sysfs -o ro sysfs /sys && mount -t tmpfs tmpfs /run && mount -t tmpfs tmpfs /etc/systemd/network &&
+mount -t tmpfs tmpfs /usr/lib/systemd/network && mkdir -p /run/systemd/network &&
+printf '%s' "$0" >/run/systemd/network/10-vmpod.network && exec "$1"`, conf, networkd)
+	cmd.Env = append(os.Environ(), "SYSTEMD_LOG_LEVEL=debug", "SYSTEMD_LOG_TARGET=console")
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Kill() // networkd, which nsenter, unshare and sh became
+		<-exited
+		if t.Failed() {
+			t.Logf("systemd-networkd:\n%s", log.String())
+		}
+	})
+
+	// The lease's routes come last; wait for the default one (bounded: 30 s).
+	deadline := time.Now().Add(30 * time.Second)
+	for !slices.Contains(routes(t, guest), "default via "+nodeIP.String()) {
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("systemd-networkd exited: %v\n%s", err, log.String())
+		case <-time.After(200 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no default route in the guest after 30 s:\n%s", run(t, "ip", "-n", guest, "route", "show"))
+		}
+	}
+	if got := run(t, "ip", "-n", guest, "-4", "-o", "addr", "show", "dev", podIf); !strings.Contains(got, " inet 10.244.0.5/32 ") {
+		t.Errorf("guest's %s: %s, want 10.244.0.5/32", podIf, got)
+	}
+	for _, dst := range []string{neighbourIP.String(), nodeIP.String(), "10.244.2.9", "10.96.0.10"} {
+		if pod, got := nextHop(t, tp.pod, dst), nextHop(t, guest, dst); got != pod {
+			t.Errorf("guest routes %s %s, the pod netns %s", dst, got, pod)
+		}
+	}
+	if diff := cmp.Diff(routes(t, tp.pod), routes(t, guest)); diff != "" {
+		t.Errorf("guest's routes (-pod netns +guest):\n%s", diff)
+	}
+	if t.Failed() {
+		t.Logf("pod netns routes:\n%s", run(t, "ip", "-n", tp.pod, "route", "show"))
+		t.Logf("guest routes:\n%s", run(t, "ip", "-n", guest, "route", "show"))
+	}
+	tcpHello(t, tp.neighbour, guest, neighbourIP)
+	tcpHello(t, guest, tp.neighbour, podIP)
+}
