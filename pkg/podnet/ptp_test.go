@@ -151,6 +151,13 @@ func TestUDHCPCPrefixOffLink(t *testing.T) {
 	// take the guest's routes too.
 	tcpHello(t, tp.neighbour, guest, neighbourIP)
 	tcpHello(t, guest, tp.neighbour, podIP)
+
+	// The script again on a configured guest (test/cri runs udhcpc again
+	// after a takeover): the same routes, not "File exists" half-way.
+	udhcpc(t, guest)
+	if diff := cmp.Diff(routes(t, tp.pod), routes(t, guest)); diff != "" {
+		t.Errorf("guest's routes after a second lease (-pod netns +guest):\n%s", diff)
+	}
 }
 
 // newNetnsGuest stands in for a VM with a kernel of its own: a network
