@@ -112,8 +112,9 @@ func Inspect(ifname string) (Pod, error) {
 // link (PrefixOffLink). A guest that got the pod's /24 there would send to
 // its neighbours on the link, where nobody answers its ARP (the node side
 // of a ptp veth holds only the gateway's address and does no proxy ARP),
-// however its routes said otherwise: the kernel's connected route for its
-// own prefix has metric 0 and beats any route a DHCP client adds for it.
+// whatever its routes said: the kernel's connected route that comes with
+// its address stays ahead of any route a DHCP client adds for the same
+// prefix.
 func (p Pod) guestAddr() netip.Prefix {
 	if p.PrefixOffLink {
 		return netip.PrefixFrom(p.Addr.Addr(), 32)
