@@ -86,9 +86,26 @@ func TestClasslessRoutes(t *testing.T) {
 		name string
 		pod  func(p *Pod)
 		want []string // "dst via router", in order; nil: no option 121
+		mask string   // option 1; "255.255.255.0" when empty
 	}{{
 		name: "gateway in the prefix, no other routes: option 3 is enough",
 		pod:  func(*Pod) {},
+	}, {
+		name: "ptp: the prefix off the link, the gateway on it",
+		pod: func(p *Pod) {
+			p.Routes = []Route{
+				{Dst: netip.MustParsePrefix("10.244.0.0/24"), Via: netip.MustParseAddr("10.244.0.1")},
+				{Dst: netip.MustParsePrefix("10.244.0.1/32")},
+			}
+			p.PrefixOffLink = true
+		},
+		want: []string{"10.244.0.1/32 via 0.0.0.0", "10.244.0.0/24 via 10.244.0.1", "0.0.0.0/0 via 10.244.0.1"},
+		mask: "255.255.255.255",
+	}, {
+		name: "prefix off the link and no route to the gateway: one is added",
+		pod:  func(p *Pod) { p.PrefixOffLink = true },
+		want: []string{"10.244.0.1/32 via 0.0.0.0", "0.0.0.0/0 via 10.244.0.1"},
+		mask: "255.255.255.255",
 	}, {
 		name: "calico: /32 address, on-link gateway route",
 		pod: func(p *Pod) {
@@ -97,6 +114,7 @@ func TestClasslessRoutes(t *testing.T) {
 			p.Routes = []Route{{Dst: netip.MustParsePrefix("169.254.1.1/32")}}
 		},
 		want: []string{"169.254.1.1/32 via 0.0.0.0", "0.0.0.0/0 via 169.254.1.1"},
+		mask: "255.255.255.255",
 	}, {
 		name: "gateway outside the prefix and no route to it: one is added",
 		pod: func(p *Pod) {
@@ -104,6 +122,7 @@ func TestClasslessRoutes(t *testing.T) {
 			p.Gateway = netip.MustParseAddr("169.254.1.1")
 		},
 		want: []string{"169.254.1.1/32 via 0.0.0.0", "0.0.0.0/0 via 169.254.1.1"},
+		mask: "255.255.255.255",
 	}, {
 		name: "extra routes: on-link first, default last",
 		pod: func(p *Pod) {
@@ -128,6 +147,13 @@ func TestClasslessRoutes(t *testing.T) {
 			}
 			if !offer.YourIPAddr.Equal(net.IP(p.Addr.Addr().AsSlice())) {
 				t.Errorf("yiaddr %v, want %v", offer.YourIPAddr, p.Addr.Addr())
+			}
+			wantMask := tc.mask
+			if wantMask == "" {
+				wantMask = "255.255.255.0"
+			}
+			if got := net.IP(offer.SubnetMask()).String(); got != wantMask {
+				t.Errorf("subnet mask %s, want %s", got, wantMask)
 			}
 		})
 	}

@@ -190,7 +190,7 @@ func leaseOptions(p Pod) []dhcpv4.Modifier {
 func configOptions(p Pod) []dhcpv4.Modifier {
 	gw := net.IP(p.Gateway.AsSlice())
 	mods := []dhcpv4.Modifier{
-		dhcpv4.WithNetmask(net.CIDRMask(p.Addr.Bits(), 32)),
+		dhcpv4.WithNetmask(net.CIDRMask(p.guestAddr().Bits(), 32)),
 		dhcpv4.WithOption(dhcpv4.OptRouter(gw)),
 		dhcpv4.WithOption(dhcpv4.OptGeneric(dhcpv4.OptionInterfaceMTU, binary.BigEndian.AppendUint16(nil, uint16(p.MTU)))),
 	}
@@ -245,11 +245,13 @@ func resolvOptions(opts []string) string {
 }
 
 // classlessRoutes is option 121, sent only when the router option alone
-// would be wrong: the pod has more routes, or its gateway lies outside its
-// prefix and must be declared on-link first. A client that takes option 121
+// would be wrong: the pod has more routes, or its gateway lies outside the
+// guest's prefix (guestAddr: a /32 when the pod's prefix is not on the
+// link) and must be declared on-link first. A client that takes option 121
 // ignores option 3 (RFC 3442), so the default route is repeated in it.
 func classlessRoutes(p Pod) []*dhcpv4.Route {
-	if len(p.Routes) == 0 && p.Addr.Masked().Contains(p.Gateway) {
+	prefix := p.guestAddr().Masked()
+	if len(p.Routes) == 0 && prefix.Contains(p.Gateway) {
 		return nil
 	}
 	var routes []*dhcpv4.Route
@@ -265,7 +267,7 @@ func classlessRoutes(p Pod) []*dhcpv4.Route {
 	}
 	// On-link routes first: a client installs them in order, and a route via
 	// a router needs the router reachable already.
-	onLink := p.Addr.Masked().Contains(p.Gateway)
+	onLink := prefix.Contains(p.Gateway)
 	for _, r := range p.Routes {
 		if !r.Via.IsValid() {
 			add(r.Dst, r.Via)

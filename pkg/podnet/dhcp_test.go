@@ -28,6 +28,7 @@ type lease struct {
 	YourIP     string
 	Mask       string
 	Router     []string
+	Routes     []string // option 121, "dst via router" in order
 	DNS        []string
 	MTU        uint16
 	Hostname   string
@@ -53,6 +54,9 @@ func leaseOf(m *dhcpv4.DHCPv4) lease {
 	}
 	for _, ip := range m.Router() {
 		l.Router = append(l.Router, ip.String())
+	}
+	for _, r := range m.ClasslessStaticRoute() {
+		l.Routes = append(l.Routes, r.Dest.String()+" via "+r.Router.String())
 	}
 	for _, ip := range m.DNS() {
 		l.DNS = append(l.DNS, ip.String())

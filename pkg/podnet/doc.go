@@ -75,6 +75,43 @@
 // opened in that namespace, so Close, and the DHCP server's goroutine, work
 // from any thread.
 //
+// The guest's addressing follows the pod's routes, so that it routes as
+// the pod netns does. It gets the pod IP with the interface's prefix
+// length, the default gateway (option 3) and, when that alone would be
+// wrong, option 121 (RFC 3442) with the interface's other routes: on-link
+// ones first (router 0.0.0.0), then the gateway declared on the link if
+// nothing else puts it there (a Calico /32 pod with gateway 169.254.1.1),
+// then the routes via a router, then the default route again, since a
+// client that takes option 121 ignores option 3.
+//
+// One thing routes cannot say: that the pod's own prefix is not on the
+// link. CNI's ptp plugin (kind's kindnetd uses it) gives eth0
+// 10.244.1.5/24 but replaces the kernel's connected route 10.244.1.0/24
+// dev eth0 with 10.244.1.0/24 via 10.244.1.1 and puts only the gateway on
+// the link (10.244.1.1 dev eth0 scope link); the node's side of the veth
+// holds the gateway's address as a /32 and does no proxy ARP, so even a
+// pod on the same node is reached through the node. A guest given the /24
+// gets the kernel's connected route with the address, which stays ahead
+// of any route its DHCP client adds for the same prefix (seen with udhcpc
+// and systemd-networkd 252; newer networkd even turns a route inside the
+// leased prefix into an on-link one), ARPs for its neighbours and gets no
+// answer. So Inspect notes when the route the pod netns uses for its own
+// prefix (the lowest metric) has a gateway, or there is none
+// (Pod.PrefixOffLink), and then the guest gets the pod IP as a /32
+// (subnet mask 255.255.255.255) and option 121 with the pod's routes,
+// here 10.244.1.1/32 via 0.0.0.0, 10.244.1.0/24 via 10.244.1.1 and
+// 0.0.0.0/0 via 10.244.1.1. The pod interface keeps its /24; a pod whose
+// connected route is there (CNI's bridge plugin) gets what it always did.
+//
+// Clients that apply such a lease: systemd-networkd (which netplan
+// renders to), ISC dhclient with Debian's dhclient-script and its
+// rfc3442-classless-routes hook, dhcpcd, and busybox udhcpc with a script
+// that applies $staticroutes (the test guest's does);
+// TestNetworkdPrefixOffLink and TestUDHCPCPrefixOffLink run the first and
+// the last in the ptp layout. A client that ignores option 121 still gets
+// the /32 and the gateway in option 3, and must add the route to the
+// gateway itself (Debian's dhclient-script does for a /32).
+//
 // The DHCP server logs through slog.Default() (answers at debug level,
 // trouble at warn), each kind of per-packet record at most once every 30
 // seconds, with the number held back. It reads and answers on one

@@ -72,15 +72,94 @@ func snapshotGuest(src, dst string) error {
 // in a pod netns, and reaches its HTTP server on the pod IP from the node
 // netns. The guest learns its address only from our DHCP server.
 func TestGuest(t *testing.T) {
+	g := startGuest(t, newTopology)
+	if got := g.lease(t); got != "ip 10.244.0.5/24" {
+		t.Fatalf("guest console: %q, want %q", "VMPOD-GUEST: "+got, "VMPOD-GUEST: ip 10.244.0.5/24")
+	}
+	leased := time.Since(g.start)
+
+	// HTTP from the node netns to the pod IP; the guest answers with the
+	// hostname it got by DHCP.
+	body, err := httpGetFromNetns(g.ctx, g.tp.node, "http://10.244.0.5:8080/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "vmpod-guest vmpod-e2e\n"; body != want {
+		t.Errorf("GET http://10.244.0.5:8080/ = %q, want %q", body, want)
+	}
+	answered := time.Since(g.start)
+	t.Logf("attached + QEMU started %.1fs, DHCP lease on console %.1fs, HTTP answered %.1fs",
+		g.attached.Seconds(), leased.Seconds(), answered.Seconds())
+	g.stop(t)
+}
+
+// TestGuestPrefixOffLink boots the test guest in the ptp layout (see
+// ptpTopology), where the pod's /24 is not on the link, and reaches it from
+// the neighbour pod on the same node: the guest's answers must go through
+// the gateway, as the pod netns's would, since nobody answers its ARP for
+// the neighbour.
+func TestGuestPrefixOffLink(t *testing.T) {
+	var tp ptpTopology
+	g := startGuest(t, func(t testing.TB) topology {
+		tp = newPTPTopology(t)
+		return tp.topology
+	})
+	if got := g.lease(t); got != "ip 10.244.0.5/32" {
+		// Go on: what matters is whether the neighbour gets through.
+		t.Errorf("guest console: %q, want %q", "VMPOD-GUEST: "+got, "VMPOD-GUEST: ip 10.244.0.5/32")
+	}
+	for _, from := range []struct{ name, ns string }{{"neighbour pod", tp.neighbour}, {"node", tp.node}} {
+		// Bounded each, so that g.stop has time left when one fails.
+		ctx, cancel := context.WithTimeout(g.ctx, 20*time.Second)
+		body, err := httpGetFromNetns(ctx, from.ns, "http://10.244.0.5:8080/")
+		cancel()
+		if err != nil {
+			t.Errorf("from the %s: %v", from.name, err)
+		} else if want := "vmpod-guest vmpod-e2e\n"; body != want {
+			t.Errorf("from the %s: GET http://10.244.0.5:8080/ = %q, want %q", from.name, body, want)
+		}
+	}
+	g.stop(t)
+}
+
+// guestRun is the test guest booted by the shim's stand-in (podHelper) in
+// a pod netns.
+type guestRun struct {
+	ctx      context.Context
+	tp       topology
+	start    time.Time
+	attached time.Duration // from start to QEMU started
+	serial   string        // the console's log file
+	stdin    io.WriteCloser
+	stderr   *lockedBuffer
+	lines    chan string
+	exited   chan error
+	qemuPid  int
+	// helperDone: the helper's exit was received from exited.
+	helperDone bool
+}
+
+// startGuest builds a topology with newTopology and starts the helper in
+// its pod netns: Inspect, Attach and QEMU with the test guest on the tap.
+// It returns once QEMU runs. Everything the test needs of the guest must
+// happen within the 90 s of g.ctx.
+func startGuest(t *testing.T, newTopology func(testing.TB) topology) *guestRun {
+	t.Helper()
 	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
 		t.Fatalf("%v: run hack/install-deps.sh", err)
 	}
 	work := t.TempDir()
 	kernel, initrd := guestFiles(t, work) // at most 30 s
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	tp := newTopology(t)
-	serial := filepath.Join(work, "serial.log")
+	t.Cleanup(cancel)
+	g := &guestRun{
+		ctx:    ctx,
+		tp:     newTopology(t),
+		serial: filepath.Join(work, "serial.log"),
+		stderr: &lockedBuffer{},
+		lines:  make(chan string, 16),
+		exited: make(chan error, 1),
+	}
 	resolv := filepath.Join(work, "resolv.conf")
 	if err := os.WriteFile(resolv, []byte("search default.svc.cluster.local svc.cluster.local cluster.local\nnameserver 10.96.0.10\noptions ndots:5\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -89,7 +168,7 @@ func TestGuest(t *testing.T) {
 		Interface: podIf, Tap: tapName, ResolvConf: resolv, Hostname: "vmpod-e2e",
 		QEMU: []string{"qemu-system-x86_64", "-accel", "tcg", "-m", "256", "-nographic",
 			"-kernel", kernel, "-initrd", initrd,
-			"-append", "console=ttyS0", "-serial", "file:" + serial,
+			"-append", "console=ttyS0", "-serial", "file:" + g.serial,
 			"-display", "none", "-no-reboot", "-nodefaults"},
 	})
 	if err != nil {
@@ -98,134 +177,118 @@ func TestGuest(t *testing.T) {
 
 	// The helper is this test binary, exec'd by nsenter inside the pod netns
 	// for its whole life, as the shim is.
-	helper := exec.Command("nsenter", "--net=/run/netns/"+tp.pod, os.Args[0])
+	helper := exec.Command("nsenter", "--net=/run/netns/"+g.tp.pod, os.Args[0])
 	helper.Env = append(os.Environ(), helperEnv+"="+string(cfg))
-	var stderr lockedBuffer
-	helper.Stderr = &stderr
-	stdin, err := helper.StdinPipe()
-	if err != nil {
+	helper.Stderr = g.stderr
+	if g.stdin, err = helper.StdinPipe(); err != nil {
 		t.Fatal(err)
 	}
 	stdout, err := helper.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
+	g.start = time.Now()
 	if err := helper.Start(); err != nil {
 		t.Fatal(err)
 	}
-	lines := make(chan string, 16)
-	exited := make(chan error, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			lines <- sc.Text()
+			g.lines <- sc.Text()
 		}
-		close(lines)
-		exited <- helper.Wait() // after the last read, as os/exec requires
+		close(g.lines)
+		g.exited <- helper.Wait() // after the last read, as os/exec requires
 	}()
-	var qemuPid int
-	helperDone := false
 	t.Cleanup(func() {
 		// Only if the test failed half-way: end what was started, by PID.
-		if !helperDone {
+		if !g.helperDone {
 			helper.Process.Kill()
-			<-exited
+			<-g.exited
 		}
-		if qemuPid != 0 && isQEMU(qemuPid) {
-			t.Errorf("QEMU (pid %d) outlived the test; killing it", qemuPid)
-			syscall.Kill(qemuPid, syscall.SIGKILL)
+		if g.qemuPid != 0 && isQEMU(g.qemuPid) {
+			t.Errorf("QEMU (pid %d) outlived the test; killing it", g.qemuPid)
+			syscall.Kill(g.qemuPid, syscall.SIGKILL)
 		}
 		if t.Failed() {
-			t.Logf("helper stderr:\n%s", stderr.String())
-			if b, err := os.ReadFile(serial); err == nil {
+			t.Logf("helper stderr:\n%s", g.stderr.String())
+			if b, err := os.ReadFile(g.serial); err == nil {
 				t.Logf("serial console:\n%s", b)
 			}
 		}
 	})
 
 	// Attach, then QEMU.
-	for qemuPid == 0 {
+	for g.qemuPid == 0 {
 		select {
-		case line, ok := <-lines:
+		case line, ok := <-g.lines:
 			if !ok {
 				t.Fatal("helper exited before starting QEMU")
 			}
 			t.Log("helper: " + line)
 			if pid, found := strings.CutPrefix(line, "qemu "); found {
-				qemuPid, _ = strconv.Atoi(pid)
+				g.qemuPid, _ = strconv.Atoi(pid)
 			}
 		case <-ctx.Done():
-			t.Fatal("no QEMU after", time.Since(start))
+			t.Fatal("no QEMU after", time.Since(g.start))
 		}
 	}
-	attached := time.Since(start)
+	g.attached = time.Since(g.start)
+	return g
+}
 
-	// The guest prints its DHCP lease on the console.
+// lease waits for the DHCP lease the guest prints on its console and
+// returns "ip <address>/<prefix length>", or "dhcp failed".
+func (g *guestRun) lease(t *testing.T) string {
+	t.Helper()
 	ipLine := regexp.MustCompile(`VMPOD-GUEST: (ip \S+|dhcp failed)`)
-	var got string
-	for got == "" {
-		b, _ := os.ReadFile(serial)
+	for {
+		b, _ := os.ReadFile(g.serial)
 		if m := ipLine.FindSubmatch(b); m != nil {
-			got = string(m[1])
-			break
+			return string(m[1])
 		}
 		select {
-		case <-ctx.Done():
-			t.Fatal("no DHCP result on the console after", time.Since(start))
-		case err := <-exited:
-			helperDone = true
+		case <-g.ctx.Done():
+			t.Fatal("no DHCP result on the console after", time.Since(g.start))
+		case err := <-g.exited:
+			g.helperDone = true
 			t.Fatalf("helper exited: %v", err)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	leased := time.Since(start)
-	if got != "ip 10.244.0.5/24" {
-		t.Fatalf("guest console: %q, want %q", "VMPOD-GUEST: "+got, "VMPOD-GUEST: ip 10.244.0.5/24")
-	}
+}
 
-	// HTTP from the node netns to the pod IP; the guest answers with the
-	// hostname it got by DHCP.
-	body, err := httpGetFromNetns(ctx, tp.node, "http://10.244.0.5:8080/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := "vmpod-guest vmpod-e2e\n"; body != want {
-		t.Errorf("GET http://10.244.0.5:8080/ = %q, want %q", body, want)
-	}
-	answered := time.Since(start)
-	t.Logf("attached + QEMU started %.1fs, DHCP lease on console %.1fs, HTTP answered %.1fs",
-		attached.Seconds(), leased.Seconds(), answered.Seconds())
-
-	// Stop: the helper kills its QEMU and Closes.
-	stdin.Close()
+// stop has the helper kill its QEMU and Close, and checks that the pod
+// netns is as CNI left it.
+func (g *guestRun) stop(t *testing.T) {
+	t.Helper()
+	g.stdin.Close()
 	var rest []string
-	for line := range lines {
+	for line := range g.lines {
 		rest = append(rest, line)
 	}
 	select {
-	case err := <-exited:
-		helperDone = true
+	case err := <-g.exited:
+		g.helperDone = true
 		if err != nil {
-			t.Errorf("helper: %v\n%s", err, stderr.String())
+			t.Errorf("helper: %v\n%s", err, g.stderr.String())
 		}
-	case <-ctx.Done():
+	case <-g.ctx.Done():
 		t.Fatal("helper did not exit")
 	}
 	if !slicesContains(rest, "closed") {
 		t.Errorf("helper said %q, want it to end with \"closed\"", rest)
 	}
-	if isQEMU(qemuPid) {
-		t.Errorf("QEMU pid %d still running", qemuPid)
+	if isQEMU(g.qemuPid) {
+		t.Errorf("QEMU pid %d still running", g.qemuPid)
 	}
-	tapGone(t, tp.pod)
-	if q := run(t, "tc", "-n", tp.pod, "qdisc", "show", "dev", podIf); strings.Contains(q, "ingress") {
+	tapGone(t, g.tp.pod)
+	if q := run(t, "tc", "-n", g.tp.pod, "qdisc", "show", "dev", podIf); strings.Contains(q, "ingress") {
 		t.Errorf("%s still has an ingress qdisc:\n%s", podIf, q)
 	}
-	if a := run(t, "ip", "-n", tp.pod, "addr", "show", "dev", podIf); !strings.Contains(a, "inet 10.244.0.5/24") {
+	if a := run(t, "ip", "-n", g.tp.pod, "addr", "show", "dev", podIf); !strings.Contains(a, "inet 10.244.0.5/24") {
 		t.Errorf("%s lost the pod IP:\n%s", podIf, a)
 	}
-	t.Logf("helper stderr (DHCP log):\n%s", grepLines(stderr.String(), "podnet-dhcp"))
+	t.Logf("helper stderr (DHCP log):\n%s", grepLines(g.stderr.String(), "podnet-dhcp"))
 }
 
 // httpGetFromNetns GETs url with a connection made inside netns, retrying

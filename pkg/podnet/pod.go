@@ -28,6 +28,16 @@ type Pod struct {
 	// Routes are the interface's IPv4 routes other than the default route
 	// and the kernel's route to Addr's own prefix.
 	Routes []Route
+	// PrefixOffLink says that the pod netns does not send to the other
+	// addresses of Addr's prefix straight onto the link: the kernel's
+	// connected route for the prefix is gone, or a route via a gateway
+	// comes before it. CNI's ptp plugin (and so kind's kindnetd) does this:
+	// it replaces the connected route with one via the gateway, so every
+	// other pod, even one on the same node, is reached through the node.
+	// The guest then gets the pod IP as a /32 and the pod's routes (see
+	// guestAddr), so that it routes as the pod netns does. Never set for a
+	// /32 Addr, which has no other addresses.
+	PrefixOffLink bool
 	// IPv6 are the interface's IPv6 addresses, link-local ones included
 	// (the kernel gives an interface with IPv6 on one, derived from the
 	// MAC). They are the only IPv6 sources the guest may use; none means no
@@ -93,7 +103,23 @@ func Inspect(ifname string) (Pod, error) {
 	if p.Gateway, p.Routes, err = podRoutes(routes, p.Addr); err != nil {
 		return Pod{}, fmt.Errorf("pod interface %q: %w", ifname, err)
 	}
+	p.PrefixOffLink = !prefixOnLink(routes, p.Addr)
 	return p, nil
+}
+
+// guestAddr is the address and prefix the guest is given: the pod's, or
+// the pod IP alone when the pod netns does not treat its prefix as on the
+// link (PrefixOffLink). A guest that got the pod's /24 there would send to
+// its neighbours on the link, where nobody answers its ARP (the node side
+// of a ptp veth holds only the gateway's address and does no proxy ARP),
+// whatever its routes said: the kernel's connected route that comes with
+// its address stays ahead of any route a DHCP client adds for the same
+// prefix.
+func (p Pod) guestAddr() netip.Prefix {
+	if p.PrefixOffLink {
+		return netip.PrefixFrom(p.Addr.Addr(), 32)
+	}
+	return p.Addr
 }
 
 // podAddr picks the first global IPv4 address (the kernel lists the primary
@@ -137,14 +163,9 @@ func podRoutes(routes []netlink.Route, addr netip.Prefix) (netip.Addr, []Route, 
 		if r.Type != unix.RTN_UNICAST {
 			continue
 		}
-		dst := netip.PrefixFrom(netip.IPv4Unspecified(), 0)
-		if r.Dst != nil {
-			ip, ok := netip.AddrFromSlice(r.Dst.IP.To4())
-			if !ok {
-				continue
-			}
-			ones, _ := r.Dst.Mask.Size()
-			dst = netip.PrefixFrom(ip, ones)
+		dst, ok := routeDst(r)
+		if !ok {
+			continue
 		}
 		via, _ := netip.AddrFromSlice(r.Gw.To4())
 		switch {
@@ -162,6 +183,45 @@ func podRoutes(routes []netlink.Route, addr netip.Prefix) (netip.Addr, []Route, 
 		return netip.Addr{}, nil, errors.New("no IPv4 default route with a gateway (vmpod hands the guest the pod's default gateway)")
 	}
 	return gw, others, nil
+}
+
+// prefixOnLink reports whether the pod netns sends to the other addresses
+// of addr's prefix straight onto the link: whether, of its routes for
+// exactly that prefix, the one the kernel uses (the lowest metric) has no
+// gateway. CNI's bridge plugin leaves the kernel's connected route, which
+// has none; the ptp plugin deletes it and adds one via the gateway. A
+// longer route (a /32 to the gateway, say) does not count: it covers only
+// part of the prefix.
+func prefixOnLink(routes []netlink.Route, addr netip.Prefix) bool {
+	if addr.Bits() == 32 {
+		return true
+	}
+	var best *netlink.Route
+	for i, r := range routes {
+		if r.Type != unix.RTN_UNICAST {
+			continue
+		}
+		if dst, ok := routeDst(r); !ok || dst != addr.Masked() {
+			continue
+		}
+		if best == nil || r.Priority < best.Priority {
+			best = &routes[i]
+		}
+	}
+	return best != nil && best.Gw == nil && len(best.MultiPath) == 0
+}
+
+// routeDst is an IPv4 route's destination, 0.0.0.0/0 for the default route.
+func routeDst(r netlink.Route) (netip.Prefix, bool) {
+	if r.Dst == nil {
+		return netip.PrefixFrom(netip.IPv4Unspecified(), 0), true
+	}
+	ip, ok := netip.AddrFromSlice(r.Dst.IP.To4())
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	ones, _ := r.Dst.Mask.Size()
+	return netip.PrefixFrom(ip, ones), true
 }
 
 // dump retries a netlink dump the kernel interrupted because the table

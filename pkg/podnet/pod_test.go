@@ -70,6 +70,76 @@ func TestInspect(t *testing.T) {
 			Routes:  []podnet.Route{{Dst: netip.MustParsePrefix("169.254.1.1/32")}},
 		},
 	}, {
+		// CNI's ptp plugin (kind's kindnetd): the connected route replaced
+		// by one via the gateway, which gets a route of its own.
+		name: "ptp plugin",
+		setup: [][]string{
+			{"addr", "add", "10.244.1.5/24", "dev", "eth0"},
+			{"route", "add", "default", "via", "10.244.1.1", "dev", "eth0"},
+			{"route", "del", "10.244.1.0/24", "dev", "eth0"},
+			{"route", "add", "10.244.1.1/32", "dev", "eth0", "scope", "link", "src", "10.244.1.5"},
+			{"route", "add", "10.244.1.0/24", "via", "10.244.1.1", "dev", "eth0", "src", "10.244.1.5"},
+		},
+		ifname: "eth0",
+		want: podnet.Pod{
+			Interface: "eth0", MAC: podMAC, MTU: podMTU,
+			Addr:    netip.MustParsePrefix("10.244.1.5/24"),
+			Gateway: netip.MustParseAddr("10.244.1.1"),
+			Routes: []podnet.Route{
+				{Dst: netip.MustParsePrefix("10.244.1.0/24"), Via: netip.MustParseAddr("10.244.1.1")},
+				{Dst: netip.MustParsePrefix("10.244.1.1/32")},
+			},
+			PrefixOffLink: true,
+			IPv6:          []netip.Addr{netip.MustParseAddr("fe80::42:aff:fef4:5")},
+		},
+	}, {
+		name: "connected route deleted, nothing instead",
+		setup: [][]string{
+			{"addr", "add", "10.244.1.5/24", "dev", "eth0"},
+			{"route", "del", "10.244.1.0/24", "dev", "eth0"},
+			{"route", "add", "default", "via", "10.244.1.1", "dev", "eth0", "onlink"},
+		},
+		ifname: "eth0",
+		want: podnet.Pod{
+			Interface: "eth0", MAC: podMAC, MTU: podMTU,
+			Addr:          netip.MustParsePrefix("10.244.1.5/24"),
+			Gateway:       netip.MustParseAddr("10.244.1.1"),
+			PrefixOffLink: true,
+			IPv6:          []netip.Addr{netip.MustParseAddr("fe80::42:aff:fef4:5")},
+		},
+	}, {
+		// Of two routes for the prefix the lower metric is the one used.
+		name: "a route via the gateway before the connected one",
+		setup: [][]string{
+			{"addr", "add", "10.244.1.5/24", "dev", "eth0", "metric", "100"},
+			{"route", "add", "10.244.1.0/24", "via", "10.244.1.1", "dev", "eth0", "metric", "50"},
+			{"route", "add", "default", "via", "10.244.1.1", "dev", "eth0"},
+		},
+		ifname: "eth0",
+		want: podnet.Pod{
+			Interface: "eth0", MAC: podMAC, MTU: podMTU,
+			Addr:          netip.MustParsePrefix("10.244.1.5/24"),
+			Gateway:       netip.MustParseAddr("10.244.1.1"),
+			Routes:        []podnet.Route{{Dst: netip.MustParsePrefix("10.244.1.0/24"), Via: netip.MustParseAddr("10.244.1.1")}},
+			PrefixOffLink: true,
+			IPv6:          []netip.Addr{netip.MustParseAddr("fe80::42:aff:fef4:5")},
+		},
+	}, {
+		name: "a route via the gateway behind the connected one",
+		setup: [][]string{
+			{"addr", "add", "10.244.1.5/24", "dev", "eth0"},
+			{"route", "add", "10.244.1.0/24", "via", "10.244.1.1", "dev", "eth0", "metric", "50"},
+			{"route", "add", "default", "via", "10.244.1.1", "dev", "eth0"},
+		},
+		ifname: "eth0",
+		want: podnet.Pod{
+			Interface: "eth0", MAC: podMAC, MTU: podMTU,
+			Addr:    netip.MustParsePrefix("10.244.1.5/24"),
+			Gateway: netip.MustParseAddr("10.244.1.1"),
+			Routes:  []podnet.Route{{Dst: netip.MustParsePrefix("10.244.1.0/24"), Via: netip.MustParseAddr("10.244.1.1")}},
+			IPv6:    []netip.Addr{netip.MustParseAddr("fe80::42:aff:fef4:5")},
+		},
+	}, {
 		name:    "no IPv4 address",
 		ifname:  "eth0",
 		wantErr: "no IPv4 address",
