@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -95,7 +96,27 @@ func newTopology(t testing.TB) topology {
 	pod("link", "set", podIf, "mtu", fmt.Sprint(podMTU), "up")
 	pod("addr", "add", "10.244.0.5/24", "dev", podIf)
 	pod("route", "add", "default", "via", "10.244.0.1", "dev", podIf)
+	waitDAD(t, tp.pod, podIf)
 	return tp
+}
+
+// waitDAD waits (bounded) until duplicate address detection has ended for
+// dev's IPv6 addresses (its link-local one, made when it came up), so that
+// the address's "tentative" flag does not change under a test that
+// compares the pod's network before and after.
+func waitDAD(t testing.TB, ns, dev string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out := run(t, "ip", "-n", ns, "-6", "addr", "show", "dev", dev, "tentative")
+		if strings.TrimSpace(out) == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s in %s: IPv6 duplicate address detection not done after 10 s:\n%s", dev, ns, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // inNetns runs f on an OS thread that has entered the named namespace, and
