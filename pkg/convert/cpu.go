@@ -12,7 +12,12 @@ import (
 
 // cpu sets the vCPU count, one socket of that many cores (guests license
 // and schedule by socket, and one socket is what a pod's CPU limit means),
-// and the CPU model.
+// and the CPU model. A CPU vmpod names (host-passthrough, host-model, a
+// named model, qemu64 for features) has vmx and svm disabled unless the
+// pod asks for nesting: under KVM they would give the guest the host
+// kernel's nested-virtualisation code to work on, a large attack surface
+// few guests need. QEMU's default model under TCG (no mode) is left as it
+// is: nesting there is QEMU's own emulation, inside its jail.
 func cpu(d *libvirtxml.Domain, c vmspec.CPU, vcpus int, accel host.Accel, h host.Host) error {
 	if h.MaxVCPUs > 0 && vcpus > h.MaxVCPUs {
 		return unsupported("spec.containers[0].resources.limits.cpu", fmt.Sprint(vcpus),
@@ -60,6 +65,11 @@ func cpu(d *libvirtxml.Domain, c vmspec.CPU, vcpus int, accel host.Accel, h host
 	}
 	for _, f := range c.Features {
 		dc.Features = append(dc.Features, libvirtxml.DomainCPUFeature{Policy: "require", Name: f})
+	}
+	if dc.Mode != "" && !c.Nested {
+		for _, f := range vmspec.NestedFeatures {
+			dc.Features = append(dc.Features, libvirtxml.DomainCPUFeature{Policy: "disable", Name: f})
+		}
 	}
 	d.CPU = dc
 	return nil

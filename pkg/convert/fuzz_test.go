@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/containerd/errdefs"
+	"libvirt.org/go/libvirtxml"
 
 	"github.com/vmpod/vmpod/internal/testenv/hostcaps"
 	"github.com/vmpod/vmpod/pkg/convert"
@@ -15,7 +16,8 @@ import (
 
 // FuzzDomain runs whatever annotations and limits a user may write through
 // FromPod and Domain on a TCG and a KVM node: the result is a domain that
-// marshals, or a classified error; never a panic.
+// marshals, or a classified error; never a panic. A KVM guest's CPU has
+// vmx and svm disabled unless the pod asked for nesting.
 func FuzzDomain(f *testing.F) {
 	for _, a := range vmspec.Annotations {
 		f.Add(a.Key, a.Example, "1", "256Mi", false)
@@ -23,6 +25,8 @@ func FuzzDomain(f *testing.F) {
 	f.Add(vmspec.AnnotationAccel, "kvm", "2", "1Gi", true)
 	f.Add(vmspec.AnnotationCPUModel, "host-model", "300m", "64Mi", false)
 	f.Add(vmspec.AnnotationBoot, "disk", "16", "2Gi", true)
+	f.Add(vmspec.AnnotationNestedVirt, "on", "2", "1Gi", true)
+	f.Add(vmspec.AnnotationCPUModel, "EPYC", "1", "1Gi", true)
 	f.Fuzz(func(t *testing.T, key, value, cpu, mem string, kvm bool) {
 		s, h, ok := fuzzedSpec(t, MakePod("fuzz"), key, value, cpu, mem, kvm)
 		if !ok {
@@ -41,7 +45,21 @@ func FuzzDomain(f *testing.F) {
 		if d.Name != s.Name || d.VCPU.Value != uint(s.VCPUs) || uint64(d.Memory.Value)<<10 != s.MemoryBytes {
 			t.Fatalf("domain lost the pod's name, vCPUs or memory: %+v vs %+v", d, s)
 		}
+		if d.Type == "kvm" && !s.CPU.Nested && !nestingDisabled(d.CPU) {
+			t.Fatalf("a KVM guest's CPU offers nesting the pod did not ask for: %+v", d.CPU)
+		}
 	})
+}
+
+// nestingDisabled reports whether c disables both vmx and svm.
+func nestingDisabled(c *libvirtxml.DomainCPU) bool {
+	off := 0
+	for _, f := range c.Features {
+		if f.Policy == "disable" && (f.Name == "vmx" || f.Name == "svm") {
+			off++
+		}
+	}
+	return off == 2
 }
 
 // fuzzedSpec is FuzzDomain's generator: pod with one fuzzed annotation and

@@ -78,6 +78,13 @@ func goldenCases() []struct {
 			paths: func(p *convert.Paths) { p.Kernel, p.Initrd = "", "" },
 		},
 		{
+			name: "nested-virt-kvm", host: hostcaps.KVM,
+			pod: MakePod("builder").CPU("2").Memory("4Gi").
+				Annotation(vmspec.AnnotationNestedVirt, "on").
+				Annotation(vmspec.AnnotationBoot, "disk"),
+			paths: func(*convert.Paths) {},
+		},
+		{
 			name: "scsi-volume-tcg", host: hostcaps.TCG,
 			pod: MakePod("batch").Memory("512Mi").
 				Annotation(vmspec.AnnotationDiskBus, "scsi").

@@ -28,6 +28,9 @@ var (
 	}()
 )
 
+// noNesting is what a CPU vmpod names has unless the pod asks for nesting.
+var noNesting = []libvirtxml.DomainCPUFeature{{Policy: "disable", Name: "svm"}, {Policy: "disable", Name: "vmx"}}
+
 // Each step is run on an empty domain, and the whole domain it leaves is
 // compared: a step must touch only its own area.
 func TestSteps(t *testing.T) {
@@ -67,7 +70,41 @@ func TestSteps(t *testing.T) {
 			want: libvirtxml.Domain{
 				VCPU: &libvirtxml.DomainVCPU{Placement: "static", Value: 2},
 				CPU: &libvirtxml.DomainCPU{Mode: "host-passthrough", Check: "none", Migratable: "off",
+					Topology: &libvirtxml.DomainCPUTopology{Sockets: 1, Dies: 1, Cores: 2, Threads: 1},
+					Features: noNesting},
+			},
+		},
+		{
+			name: "cpu host-passthrough with nesting keeps vmx and svm",
+			apply: func(d *libvirtxml.Domain) error {
+				return cpu(d, vmspec.CPU{Model: "host-passthrough", Nested: true}, 2, host.AccelKVM, kvmHost)
+			},
+			want: libvirtxml.Domain{
+				VCPU: &libvirtxml.DomainVCPU{Placement: "static", Value: 2},
+				CPU: &libvirtxml.DomainCPU{Mode: "host-passthrough", Check: "none", Migratable: "off",
 					Topology: &libvirtxml.DomainCPUTopology{Sockets: 1, Dies: 1, Cores: 2, Threads: 1}},
+			},
+		},
+		{
+			name: "cpu host-model",
+			apply: func(d *libvirtxml.Domain) error {
+				return cpu(d, vmspec.CPU{Model: "host-model"}, 1, host.AccelKVM, kvmHost)
+			},
+			want: libvirtxml.Domain{
+				VCPU: &libvirtxml.DomainVCPU{Placement: "static", Value: 1},
+				CPU: &libvirtxml.DomainCPU{Mode: "host-model",
+					Topology: &libvirtxml.DomainCPUTopology{Sockets: 1, Dies: 1, Cores: 1, Threads: 1},
+					Features: noNesting},
+			},
+		},
+		{
+			name: "cpu auto under tcg with nesting is QEMU's default model still",
+			apply: func(d *libvirtxml.Domain) error {
+				return cpu(d, vmspec.CPU{Model: "auto", Nested: true}, 1, host.AccelTCG, tcgHost)
+			},
+			want: libvirtxml.Domain{
+				VCPU: &libvirtxml.DomainVCPU{Placement: "static", Value: 1},
+				CPU:  &libvirtxml.DomainCPU{Topology: &libvirtxml.DomainCPUTopology{Sockets: 1, Dies: 1, Cores: 1, Threads: 1}},
 			},
 		},
 		{
@@ -87,7 +124,7 @@ func TestSteps(t *testing.T) {
 				VCPU: &libvirtxml.DomainVCPU{Placement: "static", Value: 1},
 				CPU: &libvirtxml.DomainCPU{Mode: "custom", Match: "exact",
 					Model:    &libvirtxml.DomainCPUModel{Value: "qemu64", Fallback: "forbid"},
-					Features: []libvirtxml.DomainCPUFeature{{Policy: "require", Name: "aes"}},
+					Features: append([]libvirtxml.DomainCPUFeature{{Policy: "require", Name: "aes"}}, noNesting...),
 					Topology: &libvirtxml.DomainCPUTopology{Sockets: 1, Dies: 1, Cores: 1, Threads: 1}},
 			},
 		},
@@ -98,7 +135,8 @@ func TestSteps(t *testing.T) {
 				VCPU: &libvirtxml.DomainVCPU{Placement: "static", Value: 1},
 				CPU: &libvirtxml.DomainCPU{Mode: "custom", Match: "exact", Check: "partial",
 					Model:    &libvirtxml.DomainCPUModel{Value: "EPYC", Fallback: "forbid"},
-					Topology: &libvirtxml.DomainCPUTopology{Sockets: 1, Dies: 1, Cores: 1, Threads: 1}},
+					Topology: &libvirtxml.DomainCPUTopology{Sockets: 1, Dies: 1, Cores: 1, Threads: 1},
+					Features: noNesting},
 			},
 		},
 		{

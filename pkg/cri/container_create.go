@@ -112,10 +112,14 @@ func (s *Server) CreateContainer(ctx context.Context, r *runtimeapi.CreateContai
 	if err != nil {
 		return nil, err
 	}
-	open := s.opener(env, sbRec.ID)
+	j, err := s.jail(sbRec.ID)
+	if err != nil {
+		return nil, err
+	}
 	req := vm.Request{
 		Spec:       spec,
 		Layout:     s.layout(sbRec.ID),
+		Jail:       j,
 		Rootfs:     rootfs,
 		Network:    s.podNetwork(sbRec),
 		InstanceID: sbRec.UID,
@@ -135,7 +139,7 @@ func (s *Server) CreateContainer(ctx context.Context, r *runtimeapi.CreateContai
 	}
 	err = inNetns(sbRec.Netns, func() error {
 		var err error
-		c.vm, err = vm.Create(ctx, req, open)
+		c.vm, err = vm.Create(ctx, req, opener(env))
 		return err
 	})
 	if err != nil {
@@ -148,18 +152,9 @@ func (s *Server) CreateContainer(ctx context.Context, r *runtimeapi.CreateContai
 	return &runtimeapi.CreateContainerResponse{ContainerId: id}, nil
 }
 
-// opener is the vm.Opener of the pod sandboxID's VM: the node's env and
-// the pod's QEMU uid lease.
-func (s *Server) opener(env vm.Env, sandboxID string) vm.Opener {
-	return func(context.Context) (vm.Env, error) {
-		j, err := s.jail(sandboxID)
-		if err != nil {
-			return vm.Env{}, err
-		}
-		e := env
-		e.Jail = j
-		return e, nil
-	}
+// opener is the vm.Opener of a pod's VM: the node's env, open already.
+func opener(env vm.Env) vm.Opener {
+	return func(context.Context) (vm.Env, error) { return env, nil }
 }
 
 // podNetwork is the pod network its VM takes over.

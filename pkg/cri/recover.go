@@ -103,7 +103,7 @@ func (s *Server) adopt(ctx context.Context, c *container) error {
 	var v *vm.VM
 	if err := inNetns(sbRec.Netns, func() error {
 		var err error
-		v, err = vm.Adopt(ctx, req, s.opener(env, sbRec.ID))
+		v, err = vm.Adopt(ctx, req, opener(env))
 		return err
 	}); err != nil {
 		clog.Close()

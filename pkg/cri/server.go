@@ -45,7 +45,7 @@ type Server struct {
 
 	hvMu sync.Mutex
 	conn *libvirt.Conn
-	env  vm.Env // Runtime and Host; the Jail is each pod's
+	env  vm.Env // Runtime and Host (each pod has its Jail)
 }
 
 var (

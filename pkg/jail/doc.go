@@ -34,6 +34,13 @@
 // libvirt's seccomp_sandbox = 1 makes QEMU install its own seccomp filter
 // (-sandbox on,...) once it has started.
 //
+// qemu-img, which reads the pod author's disk before QEMU ever runs (pkg/vm),
+// runs through the same jailer with a spec of its own: the pod's uid, the
+// image's disk read-only (or the overlay it makes read-write) and nothing
+// else of the host but the system, and, since qemu-img has no -sandbox, the
+// jailer's own seccomp filter (seccomp.go), installed just before the exec.
+// The jailer exits ExitFailed when it cannot jail or exec the program.
+//
 // Without EnvSpec the jailer only runs QEMU for libvirt's capability probe
 // (-machine none, no -name): a command line that names a guest is refused,
 // so no guest ever runs unjailed.

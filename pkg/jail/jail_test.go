@@ -22,6 +22,9 @@ func TestMain(m *testing.M) {
 	if filepath.Base(os.Args[0]) == jail.EmulatorName {
 		os.Exit(jail.Main(os.Args[1:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == seccompProbeArg {
+		os.Exit(seccompProbe())
+	}
 	os.Exit(m.Run())
 }
 
@@ -292,7 +295,6 @@ func TestSpecValidate(t *testing.T) {
 		"root gid":      func(s *jail.Spec) { s.GID = 0 },
 		"relative qemu": func(s *jail.Spec) { s.QEMU = "qemu" },
 		"jail on /":     func(s *jail.Spec) { s.Root = "/" },
-		"no vm dir":     func(s *jail.Spec) { s.Writable = nil },
 		"unclean path":  func(s *jail.Spec) { s.ReadOnly = []string{"/a/../etc/shadow"} },
 		"host root":     func(s *jail.Spec) { s.Writable = []string{"/"} },
 		"oom_score_adj": func(s *jail.Spec) { s.OOMScoreAdj = ptr(1001) },

@@ -18,9 +18,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Main is the jailer: vm-runtime called as EmulatorName with QEMU's
-// arguments. It execs QEMU or returns an exit status after printing why
-// not on stderr (libvirt's log of the domain, and its error).
+// ExitFailed is the jailer's exit status when it cannot jail or exec the
+// program: a caller tells it from the program's own failure (qemu-img
+// exits 1 for an image it cannot read).
+const ExitFailed = 125
+
+// Main is the jailer: vm-runtime called as EmulatorName with QEMU's (or
+// qemu-img's) arguments. It execs the program or returns an exit status
+// after printing why not on stderr (libvirt's log of the domain, and its
+// error).
 func Main(args []string) int {
 	// Namespaces, credentials and capabilities below are the calling
 	// thread's: the whole setup and the exec run on this one thread.
@@ -31,7 +37,7 @@ func Main(args []string) int {
 	}
 	err := jailAndExec(path, args)
 	fmt.Fprintf(os.Stderr, "%s: %v\n", EmulatorName, err)
-	return 1
+	return ExitFailed
 }
 
 // probe runs QEMU as libvirt asked, for its capability probe only.
@@ -100,7 +106,14 @@ func jailAndExec(specPath string, args []string) error {
 			env = append(env, e)
 		}
 	}
-	return fmt.Errorf("exec %s: %w", s.QEMU, syscall.Exec(s.QEMU, append([]string{s.QEMU}, args...), env))
+	argv := append([]string{s.QEMU}, args...)
+	if s.Seccomp {
+		// Last: from here on this thread runs under the filter.
+		if err := installSeccomp(); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("exec %s: %w", s.QEMU, syscall.Exec(s.QEMU, argv, env))
 }
 
 // secretFile finds the file below dir that QEMU's command line hands to a
@@ -192,7 +205,9 @@ func buildRoot(s Spec, readOnly []string) error {
 		}
 	}
 	if !strings.HasPrefix(s.QEMU, "/usr/") {
-		readOnly = append(readOnly, s.QEMU)
+		if err := bind(s.QEMU, in(s.QEMU), flagsRO); err != nil { // executable
+			return err
+		}
 	}
 	if err := makeDev(in("/dev"), s); err != nil {
 		return err

@@ -18,9 +18,9 @@ const EmulatorName = "vmpod-qemu"
 // <qemu:env>).
 const EnvSpec = "VMPOD_JAIL"
 
-// Spec is one VM's jail.
+// Spec is one VM's jail, or the jail of one run of qemu-img on its image.
 type Spec struct {
-	// QEMU is the emulator the jailer execs.
+	// QEMU is the program the jailer execs: the emulator, or qemu-img.
 	QEMU string `json:"qemu"`
 	// UID and GID QEMU runs as; never 0.
 	UID uint32 `json:"uid"`
@@ -28,9 +28,10 @@ type Spec struct {
 	// Root is an empty dir the jail's root is built on (a tmpfs mounted in
 	// the jail's own mount namespace; the host sees the empty dir).
 	Root string `json:"root"`
-	// Writable are dirs QEMU owns: chowned to UID:GID with all they hold
-	// and shown read-write at their own paths.
-	Writable []string `json:"writable"`
+	// Writable are dirs (or files) QEMU owns: chowned to UID:GID with all
+	// they hold and shown read-write at their own paths. QEMU's jail has
+	// the VM's dir; qemu-img's has the overlay it makes, or nothing.
+	Writable []string `json:"writable,omitempty"`
 	// ReadOnly are files (or dirs) shown read-only at their own paths: the
 	// image's disk, kernel and initrd.
 	ReadOnly []string `json:"readOnly,omitempty"`
@@ -52,6 +53,11 @@ type Spec struct {
 	// what the jailer may set without CAP_SYS_RESOURCE is clamped (see
 	// setOOMScoreAdj).
 	OOMScoreAdj *int `json:"oomScoreAdj,omitempty"`
+	// Seccomp makes the jailer install its own seccomp filter (seccomp.go)
+	// just before the exec: for qemu-img, which has no -sandbox. QEMU
+	// installs its own filter (libvirt's seccomp_sandbox) and has none of
+	// the jailer's.
+	Seccomp bool `json:"seccomp,omitempty"`
 }
 
 // Validate checks what the jailer relies on.
@@ -63,8 +69,6 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("jail: qemu %q: not an absolute path", s.QEMU)
 	case !filepath.IsAbs(s.Root) || filepath.Clean(s.Root) == "/":
 		return fmt.Errorf("jail: root %q: not an absolute path below /", s.Root)
-	case len(s.Writable) == 0:
-		return fmt.Errorf("jail: no writable dir for the VM's files")
 	case s.OOMScoreAdj != nil && (*s.OOMScoreAdj < -1000 || *s.OOMScoreAdj > 1000):
 		return fmt.Errorf("jail: oom_score_adj %d: not in [-1000, 1000]", *s.OOMScoreAdj)
 	}

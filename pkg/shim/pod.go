@@ -48,17 +48,25 @@ func newPod(cfg Config, sandboxID string, cgroup *podcgroup.Path) (*pod, error) 
 // layout is where the pod's VM keeps its files.
 func (p *pod) layout() vm.Layout { return vm.Layout{Dir: p.dir} }
 
+// jail leases the pod's QEMU uid (again: a lease is per pod dir, and
+// remove gives it back).
+func (p *pod) jail() (vm.Jail, error) {
+	return vm.LeaseJail(p.cfg.StateRoot, p.cfg.UIDs, p.layout(), p.cfg.DiskCap)
+}
+
 // env is the pod's vm.Opener: the embedded libvirt driver on the pod's
-// state dir, through the helper, and QEMU's jail, once. libvirt makes no
-// cgroups: QEMU stays in the helper's cgroup, the shim's (the pod's), until
-// the VM moves it into its own.
+// state dir, through the helper, once. libvirt makes no cgroups: QEMU
+// stays in the helper's cgroup, the shim's (the pod's), until the VM moves
+// it into its own.
 func (p *pod) env(ctx context.Context) (vm.Env, error) {
 	p.once.Do(func() {
-		if p.vmEnv.Jail, p.err = vm.LeaseJail(p.cfg.StateRoot, p.cfg.UIDs, p.layout(), p.cfg.DiskCap); p.err != nil {
+		j, err := p.jail()
+		if err != nil {
+			p.err = err
 			return
 		}
 		o := p.cfg.nodeOptions()
-		o.Jailer = p.vmEnv.Jail.Jailer // probed with the node's cache, not at Define
+		o.Jailer = j.Jailer // probed with the node's cache, not at Define
 		if p.hv, p.err = p.cfg.openHypervisor(ctx, p.layout().Libvirt(), o); p.err != nil {
 			return
 		}

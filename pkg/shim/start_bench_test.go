@@ -198,7 +198,7 @@ func (r *startReference) prepare(b *testing.B) (l vm.Layout, xml string, done fu
 	}
 	j.LibvirtRoot = filepath.Join(r.root, "libvirt")
 	j.Jailer = r.jailer
-	img, err := vm.InspectImage(ctx, r.rootfs)
+	img, err := vm.InspectImage(ctx, r.rootfs, j, l)
 	if err != nil {
 		b.Fatal(err)
 	}

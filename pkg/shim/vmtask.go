@@ -67,9 +67,14 @@ func createVM(ctx context.Context, p *pod, r *taskAPI.CreateTaskRequest, oci *sp
 			v.console.close()
 		}
 	}()
+	j, err := p.jail()
+	if err != nil {
+		return nil, err
+	}
 	req := vm.Request{
 		Spec:   spec,
 		Layout: p.layout(),
+		Jail:   j,
 		Rootfs: filepath.Join(r.Bundle, "rootfs"),
 		Network: vm.Network{Netns: p.netns, ResolvConf: resolvConf(oci),
 			Hostname: oci.Annotations[vmspec.CRISandboxName]},

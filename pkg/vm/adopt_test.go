@@ -27,8 +27,8 @@ func TestAdopt(t *testing.T) {
 	}
 	var rec records
 	req := lifecycleRequest(t, "boot-pod.yaml", "adopt", dir, &rec)
-	j := jailForTest(t, root, dir)
-	open := func(context.Context) (vm.Env, error) { return vm.Env{Runtime: rt, Host: h, Jail: j}, nil }
+	req.Jail = jailForTest(t, root, dir)
+	open := func(context.Context) (vm.Env, error) { return vm.Env{Runtime: rt, Host: h}, nil }
 
 	first, err := vm.Create(ctx, req, open)
 	if err != nil {
@@ -115,8 +115,8 @@ func TestAdoptStoppedOrFailed(t *testing.T) {
 		}
 		rec := &records{}
 		req := lifecycleRequest(t, "boot-pod.yaml", name, dir, rec)
-		j := jailForTest(t, root, dir)
-		open := func(context.Context) (vm.Env, error) { return vm.Env{Runtime: rt, Host: h, Jail: j}, nil }
+		req.Jail = jailForTest(t, root, dir)
+		open := func(context.Context) (vm.Env, error) { return vm.Env{Runtime: rt, Host: h}, nil }
 		v, err := vm.Create(ctx, req, open)
 		if err != nil {
 			t.Fatal(err)

@@ -1,8 +1,9 @@
 // Package vm is one VM's life on a node, whatever front door asked for it
 // (the containerd shim, the CRI server). A front door translates its
 // request into a Request and gets a VM: Create does image intake (the
-// containerdisk mounted and checked), the node's Env (hypervisor, host,
-// QEMU's jail) opened through the front door's Opener, the overhead
+// containerdisk mounted and checked, qemu-img in the pod's QEMU jail),
+// the node's Env (hypervisor, host) opened through the front door's
+// Opener, the overhead
 // checked against the pod's limit, the pod network taken over, block
 // volume nodes, the cloud-init seed, the overlay and the domain; then
 // Start (QEMU into its cgroup before the guest runs), Wait, Shutdown,

@@ -33,13 +33,14 @@ type Image struct {
 
 // InspectImage is FindImage, then the check of the disk's content
 // (inspectDisk): everything the runtime refuses in an image, before a VM
-// is made for it.
-func InspectImage(ctx context.Context, rootfs string) (Image, error) {
+// is made for it. qemu-img reads the disk in j, the jail of the QEMU of
+// the pod laid out at l.
+func InspectImage(ctx context.Context, rootfs string, j Jail, l Layout) (Image, error) {
 	img, err := FindImage(rootfs)
 	if err != nil || img.Disk == "" {
 		return img, err
 	}
-	info, err := inspectDisk(ctx, img.Disk, img.DiskFormat)
+	info, err := inspectDisk(ctx, qemuImgJail{Jail: j, Layout: l}, img.Disk, img.DiskFormat)
 	if err != nil {
 		return Image{}, err
 	}
@@ -106,8 +107,9 @@ func FindImage(rootfs string) (Image, error) {
 	return img, nil
 }
 
-// worldReadable refuses a file QEMU could not read: QEMU runs as a uid of
-// its own (pkg/jail) that owns no image file, so it reads them as "other".
+// worldReadable refuses a file QEMU could not read: QEMU (and qemu-img)
+// run as a uid of their own (pkg/jail) that owns no image file, so they
+// read them as "other".
 // Changing the mode here would copy the whole file up into the container's
 // writable layer.
 func worldReadable(root *os.File, rel string) error {

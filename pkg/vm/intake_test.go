@@ -13,6 +13,8 @@ import (
 
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
+
+	"github.com/vmpod/vmpod/pkg/jail"
 )
 
 // hostile is a containerdisk a pod author built to reach the host, and what
@@ -89,13 +91,31 @@ var hostileImages = []hostile{
 
 // intake is what the runtime does with an image before QEMU sees it:
 // FindImage, then inspectDisk.
-func intake(ctx context.Context, root string) (Image, diskInfo, error) {
+func intake(ctx context.Context, q qemuImgJail, root string) (Image, diskInfo, error) {
 	img, err := FindImage(root)
 	if err != nil || img.Disk == "" {
 		return img, diskInfo{}, err
 	}
-	info, err := inspectDisk(ctx, img.Disk, img.DiskFormat)
+	info, err := inspectDisk(ctx, q, img.Disk, img.DiskFormat)
 	return img, info, err
+}
+
+// testQemuImg is qemu-img in the jail of a test pod's QEMU: the test
+// binary as the jailer (TestMain), a uid leased until the test ends.
+func testQemuImg(t testing.TB) qemuImgJail {
+	t.Helper()
+	root := t.TempDir()
+	l := Layout{Dir: filepath.Join(root, "pod")}
+	j, err := LeaseJail(root, jail.DefaultRange, l, 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := ReleaseJail(root, l); err != nil {
+			t.Error(err)
+		}
+	})
+	return qemuImgJail{Jail: j, Layout: l}
 }
 
 // TestHostileImages: every hostile containerdisk is refused with an
@@ -113,8 +133,9 @@ func TestHostileImages(t *testing.T) {
 				}
 			}
 			h.build(t, root, host)
+			q := testQemuImg(t)
 			opened := watchOpens(t, host)
-			_, _, err := intake(context.Background(), root)
+			_, _, err := intake(context.Background(), q, root)
 			if err == nil || !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), h.want) {
 				t.Fatalf("intake: %v; want InvalidArgument containing %q", err, h.want)
 			}
@@ -140,7 +161,8 @@ func TestImageIntakeAccepts(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(root, "boot", "vmlinux"), []byte("k"), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			img, info, err := intake(context.Background(), root)
+			q := testQemuImg(t)
+			img, info, err := intake(context.Background(), q, root)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -148,7 +170,7 @@ func TestImageIntakeAccepts(t *testing.T) {
 				t.Fatalf("intake = %+v, %+v", img, info)
 			}
 			overlay := filepath.Join(dir, "overlay.qcow2")
-			if err := createOverlay(context.Background(), img.Disk, img.DiskFormat, info.VirtualSize, overlay); err != nil {
+			if err := createOverlay(context.Background(), q, img.Disk, img.DiskFormat, info.VirtualSize, overlay); err != nil {
 				t.Fatal(err)
 			}
 			out, err := exec.Command("qemu-img", "info", "--output=json", "-U", overlay).Output()
@@ -219,9 +241,10 @@ func BenchmarkImageIntake(b *testing.B) {
 	if err := os.Chmod(filepath.Join(root, "disk", "disk.qcow2"), 0o644); err != nil {
 		b.Fatal(err)
 	}
+	q := testQemuImg(b)
 	ctx := context.Background()
 	for b.Loop() {
-		if _, _, err := intake(ctx, root); err != nil {
+		if _, _, err := intake(ctx, q, root); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -98,11 +98,11 @@ func TestVMLifecycle(t *testing.T) {
 	}
 	var rec records
 	req := lifecycleRequest(t, "boot-pod.yaml", "lifecycle", dir, &rec)
-	j := jailForTest(t, root, dir)
+	req.Jail = jailForTest(t, root, dir)
 	opened := 0
 	open := func(context.Context) (vm.Env, error) {
 		opened++
-		return vm.Env{Runtime: rt, Host: h, Jail: j}, nil
+		return vm.Env{Runtime: rt, Host: h}, nil
 	}
 
 	v, err := vm.Create(ctx, req, open)
@@ -225,7 +225,9 @@ func TestCreateUndoesOnFailure(t *testing.T) {
 	ctx := context.Background()
 	t.Run("opener fails", func(t *testing.T) {
 		var rec records
-		req := lifecycleRequest(t, "boot-pod.yaml", "failing", t.TempDir(), &rec)
+		dir := t.TempDir()
+		req := lifecycleRequest(t, "boot-pod.yaml", "failing", dir, &rec)
+		req.Jail = jailForTest(t, t.TempDir(), dir)
 		boom := errors.New("no hypervisor on this node")
 		_, err := vm.Create(ctx, req, func(context.Context) (vm.Env, error) { return vm.Env{}, boom })
 		if !errors.Is(err, boom) {

@@ -103,15 +103,16 @@ func (rt *Runtime) Create(ctx context.Context, cfg Config) (_ *Machine, retErr e
 		return nil, fmt.Errorf("state dir: %v: %w", err, errdefs.ErrInternal)
 	}
 	if cfg.Image.Disk != "" {
+		q := qemuImgJail{Jail: cfg.Jail, Layout: l}
 		size := cfg.Image.DiskSize
 		if size == 0 { // not through InspectImage
-			info, err := inspectDisk(ctx, cfg.Image.Disk, cfg.Image.DiskFormat)
+			info, err := inspectDisk(ctx, q, cfg.Image.Disk, cfg.Image.DiskFormat)
 			if err != nil {
 				return nil, err
 			}
 			size = info.VirtualSize
 		}
-		if err := createOverlay(ctx, cfg.Image.Disk, cfg.Image.DiskFormat, size, l.Overlay()); err != nil {
+		if err := createOverlay(ctx, q, cfg.Image.Disk, cfg.Image.DiskFormat, size, l.Overlay()); err != nil {
 			return nil, err
 		}
 		defer func() {

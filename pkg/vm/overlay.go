@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -35,9 +34,10 @@ type diskInfo struct {
 // make QEMU open a host file or device chosen by the pod author.
 // qemu-img reads only the header: the image is opened with its format
 // given, read-only and shared, with "backing": null, so no backing file is
-// ever opened even when the header names one. Refusals are InvalidArgument
-// and name the file.
-func inspectDisk(ctx context.Context, path, format string) (diskInfo, error) {
+// ever opened even when the header names one; and it runs in the pod's
+// QEMU jail (qemuImgJail), which shows it this one file. Refusals are
+// InvalidArgument and name the file.
+func inspectDisk(ctx context.Context, q qemuImgJail, path, format string) (diskInfo, error) {
 	name := "/disk/" + filepath.Base(path)
 	bad := func(format string, a ...any) (diskInfo, error) {
 		return diskInfo{}, fmt.Errorf("image file %s: %s: %w", name, fmt.Sprintf(format, a...), errdefs.ErrInvalidArgument)
@@ -63,12 +63,12 @@ func inspectDisk(ctx context.Context, path, format string) (diskInfo, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "qemu-img", "info", "--output=json", "-U", "json:"+string(js))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	out, stderr, err := q.run(ctx, []string{path}, nil, "info", "--output=json", "-U", "json:"+string(js))
+	if errdefs.IsInternal(err) {
+		return diskInfo{}, fmt.Errorf("image file %s: %w", name, err)
+	}
 	if err != nil {
-		return bad("qemu-img cannot read it as %s: %v: %s", format, err, bytes.TrimSpace(stderr.Bytes()))
+		return bad("qemu-img cannot read it as %s: %v: %s", format, err, bytes.TrimSpace(stderr))
 	}
 	var info struct {
 		VirtualSize     json.Number `json:"virtual-size"`
@@ -118,12 +118,22 @@ func hasQcow2Magic(path string) (bool, error) {
 // so the guest writes to the pod's state dir and the read-only image layer
 // is never copied or changed. The command is an argument list with no
 // option string a file name could add options to, and -u keeps qemu-img
-// from opening the backing file at all (its size comes from the intake).
-func createOverlay(ctx context.Context, backing, format string, size uint64, overlay string) error {
-	cmd := exec.CommandContext(ctx, "qemu-img", "create", "-q", "-f", "qcow2", "-u",
+// from opening the backing file at all (its size comes from the intake):
+// its jail shows it the overlay alone, which root makes empty first in the
+// VM's fresh dir (never through a link) for the jail to bind.
+func createOverlay(ctx context.Context, q qemuImgJail, backing, format string, size uint64, overlay string) error {
+	f, err := os.OpenFile(overlay, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return fmt.Errorf("qcow2 overlay: %v: %w", err, errdefs.ErrInternal)
+	}
+	f.Close()
+	_, stderr, err := q.run(ctx, nil, []string{overlay}, "create", "-q", "-f", "qcow2", "-u",
 		"-b", backing, "-F", format, overlay, strconv.FormatUint(size, 10))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("qcow2 overlay over %s: %v: %s: %w", backing, err, out, errdefs.ErrInternal)
+	if errdefs.IsInternal(err) {
+		return fmt.Errorf("qcow2 overlay over %s: %w", backing, err)
+	}
+	if err != nil {
+		return fmt.Errorf("qcow2 overlay over %s: %v: %s: %w", backing, err, bytes.TrimSpace(stderr), errdefs.ErrInternal)
 	}
 	return nil
 }

@@ -25,6 +25,9 @@ import (
 type Request struct {
 	Spec   vmspec.Spec
 	Layout Layout
+	// Jail is the pod's QEMU jail (LeaseJail). qemu-img reads the image
+	// in it before the Opener runs, and QEMU runs in it.
+	Jail Jail
 	// Rootfs is the containerdisk's root on the host, a directory. When
 	// RootfsMounts are given, Create mounts them on it first (and the undo
 	// unmounts).
@@ -63,11 +66,10 @@ type Request struct {
 }
 
 // Env is what a VM needs of its node: the hypervisor connection (with the
-// Runtime reading its events), what the node can do, and QEMU's jail.
+// Runtime reading its events) and what the node can do.
 type Env struct {
 	Runtime *Runtime
 	Host    host.Host
-	Jail    Jail
 }
 
 // Opener gives Create its Env. Create calls it once, after the image
@@ -126,7 +128,7 @@ func Create(ctx context.Context, req Request, open Opener) (_ *VM, retErr error)
 			return nil, fmt.Errorf("mount the image: %v: %w", err, errdefs.ErrInternal)
 		}
 	}
-	img, err := InspectImage(ctx, req.Rootfs)
+	img, err := InspectImage(ctx, req.Rootfs, req.Jail, req.Layout)
 	if err != nil {
 		return nil, fmt.Errorf("image %s: %w", req.Spec.Image, err)
 	}
@@ -185,7 +187,7 @@ func Create(ctx context.Context, req Request, open Opener) (_ *VM, retErr error)
 		return nil, err
 	}
 	v.machine, err = env.Runtime.Create(ctx, Config{Spec: req.Spec, Host: env.Host, Image: img, Layout: req.Layout,
-		NICs: nics, Volumes: vols, Jail: env.Jail, OOMScoreAdj: req.OOMScoreAdj,
+		NICs: nics, Volumes: vols, Jail: req.Jail, OOMScoreAdj: req.OOMScoreAdj,
 		ConsoleOut: req.ConsoleOut, ConsoleLogBytes: req.ConsoleLogBytes})
 	if err != nil {
 		return nil, err

@@ -10,6 +10,7 @@ const (
 	AnnotationAccel                  = Prefix + "accel"
 	AnnotationCPUModel               = Prefix + "cpu-model"
 	AnnotationCPUFeatures            = Prefix + "cpu-features"
+	AnnotationNestedVirt             = Prefix + "nested-virt"
 	AnnotationFirmware               = Prefix + "firmware"
 	AnnotationMachine                = Prefix + "machine"
 	AnnotationBoot                   = Prefix + "boot"
@@ -41,6 +42,7 @@ var Annotations = []AnnotationInfo{
 	{Key: AnnotationAccel, Type: "enum", Values: []string{"auto", "kvm", "tcg"}, Default: "auto", Example: "kvm"},
 	{Key: AnnotationCPUModel, Type: "string", Default: CPUModelAuto, Example: "host-passthrough"},
 	{Key: AnnotationCPUFeatures, Type: "list", Default: "", Example: "avx2,aes"},
+	{Key: AnnotationNestedVirt, Type: "enum", Values: []string{"off", "on"}, Default: "off", Example: "on"},
 	{Key: AnnotationFirmware, Type: "enum", Values: []string{"bios", "uefi"}, Default: "bios", Example: "uefi"},
 	{Key: AnnotationMachine, Type: "string", Default: DefaultMachine, Example: "pc-q35-7.2"},
 	{Key: AnnotationBoot, Type: "enum", Values: []string{"auto", "kernel", "disk"}, Default: "auto", Example: "disk"},

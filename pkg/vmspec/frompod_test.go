@@ -54,7 +54,8 @@ func TestFromPod(t *testing.T) {
 				Annotation(vmspec.AnnotationBoot, "disk").
 				Annotation(vmspec.AnnotationDiskBus, "sata").
 				Annotation(vmspec.AnnotationConsole, "off").
-				Annotation(vmspec.AnnotationNetwork, "none"),
+				Annotation(vmspec.AnnotationNetwork, "none").
+				Annotation(vmspec.AnnotationNestedVirt, "on"),
 			want: func(s *vmspec.Spec) {
 				s.Accel = vmspec.AccelKVM
 				s.Firmware = vmspec.FirmwareUEFI
@@ -62,7 +63,15 @@ func TestFromPod(t *testing.T) {
 				s.DiskBus = vmspec.DiskBusSATA
 				s.Console = false
 				s.NICs = nil
+				s.CPU.Nested = true
 			},
+		},
+		{
+			name: "nested virtualisation may require vmx",
+			pod: MakePod("web").
+				Annotation(vmspec.AnnotationNestedVirt, "on").
+				Annotation(vmspec.AnnotationCPUFeatures, "vmx"),
+			want: func(s *vmspec.Spec) { s.CPU.Nested, s.CPU.Features = true, []string{"vmx"} },
 		},
 		{
 			name: "cpu model and features are sorted and deduplicated",
@@ -174,6 +183,13 @@ func TestFromPodErrors(t *testing.T) {
 			[]string{`vmpod.io/disk-bus: "ide" is not one of virtio, sata, scsi`}},
 		{"bad console", MakePod("web").Annotation(vmspec.AnnotationConsole, "true"),
 			[]string{`vmpod.io/console: "true" is not one of on, off`}},
+		{"bad nested-virt", MakePod("web").Annotation(vmspec.AnnotationNestedVirt, "true"),
+			[]string{`vmpod.io/nested-virt: "true" is not one of off, on`}},
+		{"vmx without nested-virt", MakePod("web").Annotation(vmspec.AnnotationCPUFeatures, "aes,vmx"),
+			[]string{`vmpod.io/cpu-features: "vmx": nested virtualisation is off: ask for it with vmpod.io/nested-virt: on (accepted values: off, on)`}},
+		{"svm with nested-virt off", MakePod("web").
+			Annotation(vmspec.AnnotationCPUFeatures, "svm").Annotation(vmspec.AnnotationNestedVirt, "off"),
+			[]string{`vmpod.io/cpu-features: "svm": nested virtualisation is off`}},
 		{"bad boot", MakePod("web").Annotation(vmspec.AnnotationBoot, "pxe"),
 			[]string{`vmpod.io/boot: "pxe" is not one of auto, kernel, disk`}},
 		{"bad network", MakePod("web").Annotation(vmspec.AnnotationNetwork, "host"),

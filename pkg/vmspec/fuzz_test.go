@@ -26,6 +26,8 @@ func FuzzAnnotations(f *testing.F) {
 	}
 	f.Add(vmspec.AnnotationCPUModel, "host-passthrough", vmspec.AnnotationAccel, "tcg")
 	f.Add(vmspec.AnnotationBoot, "disk", vmspec.AnnotationKernelCmdline, "quiet")
+	f.Add(vmspec.AnnotationCPUFeatures, "vmx", vmspec.AnnotationNestedVirt, "on")
+	f.Add(vmspec.AnnotationCPUFeatures, "svm,aes", vmspec.AnnotationNestedVirt, "off")
 	f.Fuzz(func(t *testing.T, k1, v1, k2, v2 string) {
 		ann := map[string]string{k1: v1, k2: v2}
 		pod := MakePod("fuzz").Annotation(k1, v1).Annotation(k2, v2).Obj()
@@ -83,6 +85,8 @@ func enumValue(s vmspec.Spec, key string) (string, bool) {
 		return string(s.DiskBus), true
 	case vmspec.AnnotationConsole:
 		return map[bool]string{true: "on", false: "off"}[s.Console], true
+	case vmspec.AnnotationNestedVirt:
+		return map[bool]string{true: "on", false: "off"}[s.CPU.Nested], true
 	case vmspec.AnnotationNetwork:
 		return map[bool]string{true: "pod", false: "none"}[len(s.NICs) > 0], true
 	}

@@ -70,6 +70,8 @@ func applyAnnotation(s *Spec, ci *CloudInit, key, v string) error {
 		s.DiskBus = DiskBus(v)
 	case AnnotationConsole:
 		s.Console = v == "on"
+	case AnnotationNestedVirt:
+		s.CPU.Nested = v == "on"
 	case AnnotationNetwork:
 		if v == "none" {
 			s.NICs = nil

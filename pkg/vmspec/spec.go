@@ -53,7 +53,14 @@ type CPU struct {
 	Model string
 	// Features the guest CPU must have (libvirt names, e.g. "avx2").
 	Features []string
+	// Nested offers the guest the CPU's virtualisation extensions (vmx,
+	// svm), so it can run VMs of its own; off, they are disabled.
+	Nested bool
 }
+
+// NestedFeatures are the CPU features that let a guest run VMs of its
+// own: Intel's VMX and AMD's SVM, in libvirt's names.
+var NestedFeatures = []string{"svm", "vmx"}
 
 const (
 	// CPUModelAuto is host-passthrough under KVM and QEMU's default model

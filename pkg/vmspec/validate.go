@@ -83,6 +83,9 @@ func (s Spec) validateCPU() error {
 		if !featurePattern.MatchString(f) {
 			return invalid(AnnotationCPUFeatures, f, "want a libvirt CPU feature name such as avx2")
 		}
+		if slices.Contains(NestedFeatures, f) && !s.CPU.Nested {
+			return invalid(AnnotationCPUFeatures, f, "nested virtualisation is off: ask for it with "+AnnotationNestedVirt+": on (accepted values: off, on)")
+		}
 	}
 	return nil
 }
