@@ -198,7 +198,7 @@ func TestInstallerOnKindNodeConfig(t *testing.T) {
 		cmd := exec.Command("sh", filepath.Join("..", "..", "manifests", "installer", "vmpod-installer.sh"), mode)
 		// kind's node image runs containerd 2.x.
 		cmd.Env = append(os.Environ(), "HOST_ROOT="+host, "VMPOD_BIN="+bin, "RESTART_CONTAINERD=none",
-			"CHECK_HOST=false", "CONTAINERD_VERSION=2.4.2")
+			"CHECK_HOST=false", "CONTAINERD_VERSION=2.4.2", "CONTAINERD_BIN_DIR=/")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("installer %s: %v\n%s", mode, err, out)
 		}

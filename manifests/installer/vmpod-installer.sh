@@ -21,6 +21,8 @@
 #   CONTAINER_RUNTIME         containerd or crio [containerd]
 #   CONTAINERD_CONFIG         containerd's config on the host [/etc/containerd/config.toml]
 #   CONTAINERD_VERSION        e.g. 2.1.4; asked of the host's containerd when unset
+#   CONTAINERD_BIN_DIR        where the host's containerd binary is, for the
+#                             shim's link (below) [asked of the host]
 #   CRIO_CONFIG_DIR           CRI-O's drop-in dir on the host [/etc/crio/crio.conf.d]
 #   RESTART_CONTAINERD        systemctl (restart containerd, or crio, on the host
 #                             through PID 1's mount namespace) or none [systemctl]
@@ -37,6 +39,15 @@
 # vmpod from the nodes is a step of its own (docs/install.md): set
 # VMPOD_RUN_MODE=uninstall on the DaemonSet, wait for its rollout, then
 # delete it.
+#
+# containerd also gets a link to the shim next to its own binary
+# (containerd-shim-vmpod-v2 -> /opt/vmpod/bin/containerd-shim-vmpod-v2):
+# when containerd 2.x starts a pod's container task in the shim of the
+# pod's sandbox, the task's bundle records the runtime's name only, not
+# runtime_path, and after a restart containerd looks that name up on its
+# PATH and next to its own binary. Without the link it finds no shim for
+# the VM's task, takes the VM for gone and the kubelet starts the
+# container again. Uninstall removes the link (only the installer's).
 #
 # The runtime goes into containerd's config as one block between marker
 # lines, in the layout of the file's `version`: version 2 (containerd 1.7,
@@ -182,6 +193,40 @@ install_shim() {
 	log "installed $VMPOD_DIR/bin/vm-runtime and $SHIM"
 }
 
+# The link to the shim next to containerd's binary (see the top), and
+# where install records it for uninstall.
+shim_link_record=$(host "$VMPOD_DIR/.containerd-shim-link")
+link_shim() {
+	dir=${CONTAINERD_BIN_DIR:-}
+	if [ -z "$dir" ]; then
+		bin=$(on_host sh -c 'command -v containerd') ||
+			die "no containerd on the host's PATH; set CONTAINERD_BIN_DIR to the directory of its binary"
+		dir=$(dirname "$bin")
+	fi
+	link=$(host "$dir/$SHIM")
+	target=$VMPOD_DIR/bin/$SHIM
+	if [ -L "$link" ] && [ "$(readlink "$link")" = "$target" ]; then
+		echo "$dir/$SHIM" >"$shim_link_record"
+		return 0
+	fi
+	if [ -e "$link" ] || [ -L "$link" ]; then
+		die "$dir/$SHIM exists and is not the installer's link to $target; remove it first (containerd would run it for vmpod pods)"
+	fi
+	ln -s "$target" "$link" ||
+		die "cannot link $dir/$SHIM to $target (containerd finds a VM's task again after a restart only through it); set CONTAINERD_BIN_DIR to a writable directory on containerd's PATH"
+	echo "$dir/$SHIM" >"$shim_link_record"
+	log "linked $dir/$SHIM -> $target"
+}
+
+unlink_shim() {
+	[ -f "$shim_link_record" ] || return 0
+	link=$(host "$(cat "$shim_link_record")")
+	if [ -L "$link" ] && [ "$(readlink "$link")" = "$VMPOD_DIR/bin/$SHIM" ]; then
+		rm -f "$link"
+	fi
+	rm -f "$shim_link_record"
+}
+
 # configure: add the runtime block; sets changed=true when the file changed.
 configure() {
 	check_markers
@@ -296,7 +341,12 @@ do_install() {
 	check_host
 	install_shim
 	changed=false
-	if [ "$CONTAINER_RUNTIME" = crio ]; then configure_crio; else configure; fi
+	if [ "$CONTAINER_RUNTIME" = crio ]; then
+		configure_crio
+	else
+		configure
+		link_shim
+	fi
 	if [ "$changed" = true ]; then restart_containerd; fi
 }
 
@@ -304,6 +354,7 @@ do_uninstall() {
 	changed=false
 	if [ "$CONTAINER_RUNTIME" = crio ]; then unconfigure_crio; else unconfigure; fi
 	if [ "$changed" = true ]; then restart_containerd; fi
+	unlink_shim
 	bindir=$(host "$VMPOD_DIR/bin")
 	rm -f "$bindir/$SHIM" "$bindir/vm-runtime" "$bindir/.vm-runtime.tmp" "$bindir/.$SHIM.tmp"
 	rmdir "$bindir" "$(host "$VMPOD_DIR")" 2>/dev/null || true

@@ -116,7 +116,7 @@ func TestKind(t *testing.T) {
 	e.phase(t, "VM Deployment Available (the guest Ready)", func() {
 		e.apply(t, workload)
 		e.kc(t, 10*time.Minute, "rollout", "status", "deployment/web", "--timeout", "10m")
-		e.kc(t, 5*time.Minute, "wait", "--for=condition=Ready", "pod/client", "--timeout", "5m")
+		e.kc(t, 5*time.Minute, "wait", "--for=condition=Ready", "pod/client", "pod/neighbour", "--timeout", "5m")
 	})
 	vm := strings.TrimSpace(e.kc(t, 30*time.Second, "get", "pods", "-l", "app=web", "-o", "jsonpath={.items[0].metadata.name}"))
 	if node := e.kc(t, 30*time.Second, "get", "pod", vm, "-o", "jsonpath={.spec.nodeName}"); node != worker {
@@ -133,13 +133,23 @@ func TestKind(t *testing.T) {
 		}
 		addr := e.portForward(t, vm, "8080")
 		body, err := get(addr)
-		if err != nil || !strings.Contains(body, "vmpod test guest") {
+		if err != nil || !strings.Contains(body, "vmpod-guest") {
 			t.Errorf("HTTP through kubectl port-forward: %q, %v", body, err)
 		}
+		// kind's CNI is ptp: a pod on the VM's own node reaches it through
+		// the node too (the guest must not take the /24 for on-link).
+		ip := e.kc(t, 30*time.Second, "get", "pod", vm, "-o", "jsonpath={.status.podIP}")
+		for _, from := range []string{"client", "neighbour"} {
+			e.waitFor(t, "the VM's pod IP from "+from, time.Minute, func() bool {
+				out, _ := e.kcOK(30*time.Second, "exec", from, "--", "/bin/busybox", "wget", "-q", "-T", "5", "-O", "-",
+					"http://"+ip+":8080/")
+				return strings.Contains(out, "vmpod-guest")
+			})
+		}
 		e.waitFor(t, "the Service by its DNS name from the control plane's pod", 2*time.Minute, func() bool {
-			out, _ := e.kcOK(30*time.Second, "exec", "client", "--", "wget", "-q", "-T", "5", "-O", "-",
+			out, _ := e.kcOK(30*time.Second, "exec", "client", "--", "/bin/busybox", "wget", "-q", "-T", "5", "-O", "-",
 				"http://web.default.svc.cluster.local/")
-			return strings.Contains(out, "vmpod test guest")
+			return strings.Contains(out, "vmpod-guest")
 		})
 	})
 
@@ -190,7 +200,7 @@ func TestKind(t *testing.T) {
 	})
 
 	e.phase(t, "uninstall (docs/install.md), the nodes as kind made them", func() {
-		e.kc(t, 2*time.Minute, "delete", "deployment/web", "service/web", "pod/client", "--timeout", "2m")
+		e.kc(t, 2*time.Minute, "delete", "deployment/web", "service/web", "pod/client", "pod/neighbour", "--timeout", "2m")
 		e.kc(t, time.Minute, "-n", "vmpod-system", "set", "env", "daemonset/vmpod-installer", "VMPOD_RUN_MODE=uninstall")
 		e.kc(t, 5*time.Minute, "-n", "vmpod-system", "rollout", "status", "daemonset/vmpod-installer", "--timeout", "5m")
 		e.kc(t, 5*time.Minute, "delete", "-k", "manifests/", "--timeout", "5m")
@@ -256,7 +266,21 @@ spec:
   - name: sh
     image: localhost/vmpod/busybox:v1
     imagePullPolicy: Never
-    command: ["sleep", "3600"]
+    command: ["/bin/busybox", "sleep", "3600"]
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: neighbour
+spec:
+  nodeSelector:
+    kubernetes.io/hostname: vmpod-test-worker
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: sh
+    image: localhost/vmpod/busybox:v1
+    imagePullPolicy: Never
+    command: ["/bin/busybox", "sleep", "3600"]
 `
 
 // leftovers counts on a node what a VM pod leaves while it runs: QEMUs,
@@ -479,10 +503,11 @@ func (e *env) phase(t *testing.T, name string, f func()) {
 	t.Helper()
 	t.Logf("== %s", name)
 	start := time.Now()
+	i := e.phases.add(name, 0) // ahead of the steps the scripts log inside it
 	f()
 	d := time.Since(start).Round(time.Second)
 	t.Logf("== %s: %v", name, d)
-	e.phases.add(name, d)
+	e.phases.set(i, name, d)
 }
 
 // phases are the timed steps, written out for the closing note and
@@ -492,10 +517,22 @@ type phases struct {
 	lines []string
 }
 
-func (p *phases) add(name string, d time.Duration) {
+// add appends a line and returns its index.
+func (p *phases) add(name string, d time.Duration) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.lines = append(p.lines, fmt.Sprintf("%-60s %6s", name, strconv.Itoa(int(d.Seconds()))+" s"))
+	p.lines = append(p.lines, phaseLine(name, d))
+	return len(p.lines) - 1
+}
+
+func (p *phases) set(i int, name string, d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lines[i] = phaseLine(name, d)
+}
+
+func phaseLine(name string, d time.Duration) string {
+	return fmt.Sprintf("%-62s %6s", name, strconv.Itoa(int(d.Seconds()))+" s")
 }
 
 func (p *phases) write(t *testing.T, path string) {

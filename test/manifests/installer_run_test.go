@@ -136,7 +136,7 @@ func installerScript(t *testing.T) string {
 // no containerd restart.
 func installerEnv(host, bin string) []string {
 	return append(os.Environ(), "HOST_ROOT="+host, "VMPOD_BIN="+bin, "RESTART_CONTAINERD=none",
-		"CHECK_HOST=false", "CONTAINERD_VERSION=2.1.4")
+		"CHECK_HOST=false", "CONTAINERD_VERSION=2.1.4", "CONTAINERD_BIN_DIR=/")
 }
 
 // daemonSetEnv is the installer container's environment from

@@ -53,11 +53,17 @@ func TestInstallerScript(t *testing.T) {
 			}
 			bin := filepath.Join(host, "image", "vm-runtime")
 			writeFile(t, bin, []byte("#!/bin/sh\n"), 0o755)
+			// The host's containerd binary lives here; the installer links
+			// the shim next to it.
+			binDir := filepath.Join(host, "usr", "local", "bin")
+			if err := os.MkdirAll(binDir, 0o755); err != nil {
+				t.Fatal(err)
+			}
 			run := func(mode string) string {
 				t.Helper()
 				cmd := exec.Command("sh", script, mode)
 				cmd.Env = append(os.Environ(), "HOST_ROOT="+host, "VMPOD_BIN="+bin, "RESTART_CONTAINERD=none",
-					"CHECK_HOST=false", "CONTAINERD_VERSION="+tc.version)
+					"CHECK_HOST=false", "CONTAINERD_VERSION="+tc.version, "CONTAINERD_BIN_DIR=/usr/local/bin")
 				out, err := cmd.CombinedOutput()
 				if err != nil {
 					t.Fatalf("%s: %v\n%s", mode, err, out)
@@ -76,6 +82,11 @@ func TestInstallerScript(t *testing.T) {
 			}
 			if link, err := os.Readlink(filepath.Join(host, "opt", "vmpod", "bin", "containerd-shim-vmpod-v2")); err != nil || link != "vm-runtime" {
 				t.Errorf("shim link: %q, %v", link, err)
+			}
+			// containerd 2.x finds the shim of a VM's task again after a
+			// restart by its name, next to its own binary.
+			if link, err := os.Readlink(filepath.Join(binDir, "containerd-shim-vmpod-v2")); err != nil || link != "/opt/vmpod/bin/containerd-shim-vmpod-v2" {
+				t.Errorf("the shim's link next to containerd: %q, %v; want -> /opt/vmpod/bin/containerd-shim-vmpod-v2", link, err)
 			}
 			containerdReads(t, root, cfgPath, slices.Equal(tc.path, v2Path))
 
@@ -96,6 +107,9 @@ func TestInstallerScript(t *testing.T) {
 			}
 			if _, err := os.Stat(filepath.Join(host, "opt", "vmpod")); !os.IsNotExist(err) {
 				t.Errorf("uninstall left /opt/vmpod (err %v)", err)
+			}
+			if _, err := os.Lstat(filepath.Join(binDir, "containerd-shim-vmpod-v2")); !os.IsNotExist(err) {
+				t.Errorf("uninstall left the shim's link next to containerd (err %v)", err)
 			}
 		})
 	}

@@ -38,7 +38,7 @@ import (
 // kustomizations are the directories users, hack/local-up.sh and the kind
 // workflow apply with `kubectl apply -k` (examples/workloads: VM pods in a
 // Deployment, a Service, a PDB), relative to the repository root.
-var kustomizations = []string{"manifests", "hack/local/manifests", "hack/kind/manifests", "examples/workloads"}
+var kustomizations = []string{"manifests", "hack/local/manifests", "examples/workloads"}
 
 // fieldManager is what `kubectl apply --server-side` would say.
 const fieldManager = "vmpod-manifests-test"

@@ -202,7 +202,9 @@ KillMode=process
 	// The installer, as the DaemonSet runs it: its command and environment
 	// from manifests/installer, the host's / at the host mount, the image's
 	// vm-runtime at /usr/local/bin, the ConfigMap's script at its mount.
-	installer := startInstaller(t, repo)
+	// containerd runs from the repo, which the node sees read-only: the
+	// shim's link goes to /usr/local/bin, on containerd's PATH.
+	installer := startInstaller(t, repo, "CONTAINERD_BIN_DIR=/usr/local/bin")
 	waitFor(t, "the installer to add the vmpod runtime and restart containerd", 2*time.Minute, func() bool {
 		out, err := crictl("info")
 		return err == nil && strings.Contains(out, `"vmpod"`) && strings.Contains(readFile(t, "/etc/containerd/config.toml"), "io.containerd.vmpod.v2")
@@ -277,7 +279,7 @@ KillMode=process
 	}
 	// The documented uninstall: the DaemonSet's pod with
 	// VMPOD_RUN_MODE=uninstall takes vmpod out again.
-	uninstaller := startInstaller(t, repo, "VMPOD_RUN_MODE=uninstall")
+	uninstaller := startInstaller(t, repo, "VMPOD_RUN_MODE=uninstall", "CONTAINERD_BIN_DIR=/usr/local/bin")
 	waitFor(t, "the installer to take vmpod out of containerd's config", 2*time.Minute, func() bool {
 		return readFile(t, "/etc/containerd/config.toml") == kindConfig
 	})
