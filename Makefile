@@ -38,6 +38,7 @@ test: deps guest
 	@$(MAKE) --no-print-directory fuzz
 	@$(MAKE) --no-print-directory nodevm
 	@$(MAKE) --no-print-directory e2e
+	@$(MAKE) --no-print-directory kind
 
 # vmpod on a cgroup v2 + systemd node (kind's containerd config, the
 # installer, a VM pod under a systemd pod slice) and with the cgroupfs

@@ -74,7 +74,7 @@ func TestKind(t *testing.T) {
 	// The cluster (a leftover of an interrupted run goes first), then
 	// hack/kind/up.sh's steps up to the install, with the nodes as kind
 	// made them recorded in between.
-	e.kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
+	e.kubeconfig = filepath.Join(e.repo, "_output", "kind", "kubeconfig."+cluster)
 	e.runOK(2*time.Minute, e.kindSh(), "delete", "cluster", "--name", cluster)
 	t.Cleanup(func() {
 		if os.Getenv("VMPOD_KIND_KEEP") != "" {
@@ -105,6 +105,12 @@ func TestKind(t *testing.T) {
 	for _, n := range []string{controlPlane, worker} {
 		if got := e.node(t, n, "grep -c 'BEGIN vmpod runtime' /etc/containerd/config.toml || true"); strings.TrimSpace(got) != "1" {
 			t.Fatalf("%s: the installer's block is in containerd's config %s times, want once", n, strings.TrimSpace(got))
+		}
+	}
+	// The labeller's libvirt probes start QEMUs; none may stay a zombie.
+	for _, n := range []string{controlPlane, worker} {
+		if z := e.node(t, n, "ps -eo stat=,comm= | awk '$1 ~ /^Z/ && $2 ~ /qemu/' | wc -l"); strings.TrimSpace(z) != "0" {
+			t.Errorf("%s: %s zombie QEMU probes (ps -eo stat,comm)", n, strings.TrimSpace(z))
 		}
 	}
 	if labels := e.kc(t, 30*time.Second, "get", "nodes", "-o", `jsonpath={range .items[*]}{.metadata.labels.vmpod\.io/kvm}{" "}{end}`); strings.TrimSpace(labels) == "" {
@@ -141,15 +147,11 @@ func TestKind(t *testing.T) {
 		ip := e.kc(t, 30*time.Second, "get", "pod", vm, "-o", "jsonpath={.status.podIP}")
 		for _, from := range []string{"client", "neighbour"} {
 			e.waitFor(t, "the VM's pod IP from "+from, time.Minute, func() bool {
-				out, _ := e.kcOK(30*time.Second, "exec", from, "--", "/bin/busybox", "wget", "-q", "-T", "5", "-O", "-",
-					"http://"+ip+":8080/")
-				return strings.Contains(out, "vmpod-guest")
+				return strings.Contains(e.httpFrom(from, ip, "8080"), "vmpod-guest")
 			})
 		}
 		e.waitFor(t, "the Service by its DNS name from the control plane's pod", 2*time.Minute, func() bool {
-			out, _ := e.kcOK(30*time.Second, "exec", "client", "--", "/bin/busybox", "wget", "-q", "-T", "5", "-O", "-",
-				"http://web.default.svc.cluster.local/")
-			return strings.Contains(out, "vmpod-guest")
+			return strings.Contains(e.httpFrom("client", "web.default.svc.cluster.local", "80"), "vmpod-guest")
 		})
 	})
 
@@ -308,10 +310,20 @@ func (e *env) nodeFacts(t *testing.T, node string) string {
 	return e.node(t, node, "sha256sum /etc/containerd/config.toml; ls -A /opt; systemctl is-active containerd")
 }
 
-// qemuPIDs lists the QEMU processes of a node.
+// qemuPIDs lists the VMs' QEMU processes of a node (not the labeller's
+// capability probes).
 func (e *env) qemuPIDs(t *testing.T, node string) []string {
-	out, _ := e.runOK(30*time.Second, "docker", "exec", node, "pgrep", "-f", "^qemu-system")
+	out, _ := e.runOK(30*time.Second, "docker", "exec", node, "pgrep", "-f", "qemu-system-x86_64 -name guest=")
 	return strings.Fields(out)
+}
+
+// httpFrom sends an HTTP/1.0 GET from a busybox pod to host:port with
+// busybox's nc (its wget crashes without NSS in this static image) and
+// returns what came back, bounded.
+func (e *env) httpFrom(pod, host, port string) string {
+	out, _ := e.kcOK(30*time.Second, "exec", pod, "--", "/bin/busybox", "sh", "-c",
+		`printf 'GET / HTTP/1.0\r\n\r\n' | timeout 10 nc "$1" "$2"`, "sh", host, port)
+	return out
 }
 
 // node runs a bash script in a kind node.
