@@ -113,8 +113,18 @@ func TestKind(t *testing.T) {
 			t.Errorf("%s: %s zombie QEMU probes (ps -eo stat,comm)", n, strings.TrimSpace(z))
 		}
 	}
-	if labels := e.kc(t, 30*time.Second, "get", "nodes", "-o", `jsonpath={range .items[*]}{.metadata.labels.vmpod\.io/kvm}{" "}{end}`); strings.TrimSpace(labels) == "" {
-		t.Errorf("no node has the label vmpod.io/kvm")
+	// Each node says whether guests run under KVM, and when not, why
+	// (docs/labels.md): the probe's reason in an annotation.
+	for _, n := range []string{controlPlane, worker} {
+		kvm := e.kc(t, 30*time.Second, "get", "node", n, "-o", `jsonpath={.metadata.labels.vmpod\.io/kvm}`)
+		reason := e.kc(t, 30*time.Second, "get", "node", n, "-o", `jsonpath={.metadata.annotations.vmpod\.io/kvm-reason}`)
+		switch {
+		case kvm != "true" && kvm != "false":
+			t.Errorf("%s: label vmpod.io/kvm=%q, want true or false", n, kvm)
+		case kvm == "false" && reason == "":
+			t.Errorf("%s: vmpod.io/kvm=false without the annotation vmpod.io/kvm-reason", n)
+		}
+		t.Logf("%s: vmpod.io/kvm=%s (%s)", n, kvm, reason)
 	}
 
 	// A VM Deployment behind a Service, and an ordinary pod on the other
