@@ -21,7 +21,8 @@ const maxExecSyncOutput = 4 << 20
 // (vm.Exec) and returns its exit code and output: the kubelet's exec
 // probes and `crictl exec -s`. The timeout (0: none) ends the wait with
 // DeadlineExceeded, as the kubelet expects of a probe that timed out, and
-// kills the command in the guest (vm.Machine.Exec). A
+// kills the command in the guest with everything it started
+// (vm.Machine.Exec). A
 // command the guest cannot run (no agent, no such program) exits 126 or
 // 127 with the reason on stderr, as through the shim.
 func (s *Server) ExecSync(ctx context.Context, r *runtimeapi.ExecSyncRequest) (*runtimeapi.ExecSyncResponse, error) {

@@ -210,8 +210,8 @@ func (e *execProcess) finish(status uint32, publish func(any)) {
 }
 
 // kill ends the exec with 128+sig. The Exec it cancels kills the command
-// in the guest (SIGKILL whatever sig: the guest agent's only way to signal
-// is a kill run beside it, vm.Machine.Exec). With wait, kill returns once
+// in the guest and everything it started (SIGKILL whatever sig: the guest
+// agent's only way to signal is a kill run beside it, vm.Machine.Exec). With wait, kill returns once
 // that is done (within a few seconds, vm's bound), so whoever killed the
 // exec finds its command gone: containerd's ExecSync timeout (a probe's
 // timeoutSeconds) kills this way. The VM's end (endExecs) does not wait.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -36,10 +37,19 @@ const (
 	execKillGrace = 3 * time.Second
 )
 
+// sessionLeader is the guest program Exec runs every command through:
+// setsid(1), from util-linux or busybox, looked up in the command's PATH
+// as the command is. Called by a process that leads no process group
+// (the agent's child never does), it calls setsid(2) and execs the
+// command in place, without a fork: the pid the agent reports, the argv,
+// environment, stdin and exit status stay the command's own.
+const sessionLeader = "setsid"
+
 // ExecRequest is a command to run in the guest.
 type ExecRequest struct {
-	// Args is the program and its arguments. The agent looks the program
-	// up in its own PATH, in the guest.
+	// Args is the program and its arguments. The program is looked up in
+	// the guest, in the command's PATH: Env's (the C library's default
+	// when Env has none), or the agent's when Env is empty.
 	Args []string
 	// Env ("NAME=value") is the command's whole environment; empty: the
 	// agent's own.
@@ -77,10 +87,15 @@ type ExecResult struct {
 // a terminal exec with a message that points to `kubectl attach -it`
 // (the serial console) instead.
 //
+// The command runs as the leader of a session and process group of its
+// own (sessionLeader), so that everything it starts can be found again.
 // If ctx ends first (a timeout, a kill of the exec), Exec kills the
-// command in the guest with SIGKILL, waits at most execKillGrace until it
-// is gone, and returns ctx's error, which says whether it is gone. Its
-// children are not killed: they were the command's to end.
+// command in the guest and everything it started (killGuestCommand),
+// waits at most execKillGrace until the command is gone, and returns
+// ctx's error, which says whether it is. A guest without setsid in the
+// command's PATH runs the command as the agent's plain child, as it would
+// without vmpod, and a kill then ends the command and its descendants
+// only: what it left to init (a double fork) lives on.
 func (m *Machine) Exec(ctx context.Context, req ExecRequest) (ExecResult, error) {
 	if len(req.Args) == 0 || req.Args[0] == "" {
 		return ExecResult{}, fmt.Errorf("exec in %s: %w: no command", m.name, errdefs.ErrInvalidArgument)
@@ -97,16 +112,20 @@ func (m *Machine) Exec(ctx context.Context, req ExecRequest) (ExecResult, error)
 		return ExecResult{}, fmt.Errorf("exec in %s: %w", m.name, err)
 	}
 
-	pid, err := m.guestExec(ctx, req)
+	pid, leader, err := m.startCommand(ctx, req)
 	if err != nil {
 		return ExecResult{}, fmt.Errorf("exec %q in %s: %w", req.Args[0], m.name, err)
 	}
 	res, err := m.waitExited(ctx, pid)
 	switch {
 	case err == nil:
+		if line, ok := setsidFailed(res, req.Args[0]); leader && ok {
+			return ExecResult{}, fmt.Errorf("exec %q in %s: %w: the guest cannot run it: %q",
+				req.Args[0], m.name, errdefs.ErrInvalidArgument, line)
+		}
 		return res, nil
 	case ctx.Err() != nil:
-		return ExecResult{}, m.abandon(ctx, req, pid)
+		return ExecResult{}, m.abandon(ctx, req, pid, leader)
 	default:
 		return ExecResult{}, &CommandLostError{PID: pid, Err: fmt.Errorf("exec %q in %s: status of guest pid %d: %w", req.Args[0], m.name, pid, err)}
 	}
@@ -139,40 +158,140 @@ func (m *Machine) waitExited(ctx context.Context, pid int) (ExecResult, error) {
 	}
 }
 
+// startCommand starts req in the guest as the leader of a session of its
+// own, through sessionLeader, and says whether it could (leader). When the
+// agent cannot start setsid (the guest has none in the command's PATH),
+// it starts req itself, as the agent's plain child: one more agent round
+// trip on such guests, and the command runs as it would without vmpod.
+func (m *Machine) startCommand(ctx context.Context, req ExecRequest) (pid int, leader bool, err error) {
+	wrapped := req
+	wrapped.Args = append([]string{sessionLeader, "--"}, req.Args...)
+	pid, err = m.guestExec(ctx, wrapped)
+	if err == nil {
+		return pid, true, nil
+	}
+	// The agent refuses a program it cannot start, here setsid; anything
+	// else (no agent, a timeout) would fail the plain start too.
+	if !errdefs.IsInvalidArgument(err) {
+		return 0, false, err
+	}
+	pid, err = m.guestExec(ctx, req)
+	return pid, false, err
+}
+
+// setsidFailed recognises setsid's own failure to run the program, which
+// Exec reports as it reports a program the agent itself cannot start.
+// util-linux's setsid and busybox's exit 127 (no such program) or 126 (not
+// executable) with no output but one line on stderr that starts with
+// "setsid: " and names the program. The line is the guest's: the caller
+// quotes it.
+func setsidFailed(res ExecResult, program string) (string, bool) {
+	if (res.ExitCode != 126 && res.ExitCode != 127) || len(res.Stdout) > 0 || res.Truncated {
+		return "", false
+	}
+	line, rest, _ := strings.Cut(string(res.Stderr), "\n")
+	if rest != "" || len(line) > 4096 || !strings.HasPrefix(line, sessionLeader+": ") || !strings.Contains(line, program) {
+		return "", false
+	}
+	return line, true
+}
+
 // abandon is Exec's end when ctx ended first: it kills the command in the
-// guest and returns ctx's error, saying whether the command is gone.
-func (m *Machine) abandon(ctx context.Context, req ExecRequest, pid int) error {
+// guest, with what it started, and returns ctx's error, saying whether
+// the command is gone.
+func (m *Machine) abandon(ctx context.Context, req ExecRequest, pid int, leader bool) error {
 	err := fmt.Errorf("exec %q in %s: %w", req.Args[0], m.name, ctx.Err())
 	if kerr := m.killGuestCommand(context.WithoutCancel(ctx), pid); kerr != nil {
 		return fmt.Errorf("%w; guest pid %d may still run: killing it: %v", err, pid, kerr)
 	}
-	return fmt.Errorf("%w; guest pid %d killed", err, pid)
+	if !leader {
+		return fmt.Errorf("%w; no setsid in the command's PATH in the guest: guest pid %d and its descendants killed", err, pid)
+	}
+	return fmt.Errorf("%w; guest pid %d, its process group and its session killed", err, pid)
 }
 
-// killGuestCommand sends SIGKILL to a command Exec started and waits,
-// at most execKillGrace, until the agent has reaped it. qemu-ga has no
+// killTreeScript is what killGuestCommand runs in the guest, as
+// `/bin/sh -c killTreeScript vmpod-kill PID`: the script is constant and
+// PID, its one argument, a number formatted here, so nothing of the
+// guest's reaches a shell command line. It needs a POSIX shell's builtins
+// (kill, read, set) and /proc, no other program.
+//
+// It stops, then kills with SIGKILL, the command's process group and
+// session (both PID when the command ran through sessionLeader), PID
+// itself while it is still the agent's (the script's parent's) child, and
+// every descendant of one of those. The group goes first, in one signal:
+// the kernel stops a fork under way in it too. Then /proc is walked, each
+// process found stopped, until a walk finds none more; stopped processes
+// neither fork nor exit, so a descendant stays one (killed first, its
+// children would go to init and out of reach). Zombies are left to their
+// parents. /proc/PID/stat's second field, the process name, is the
+// guest's own and may hold spaces and parentheses: the fields are read
+// after its last ") ".
+const killTreeScript = `p=$1
+kill -STOP -"$p" 2>/dev/null
+seen=' ' more=1 walks=0
+while [ "$more" = 1 ] && [ "$walks" -lt 64 ]; do
+	more=0 walks=$((walks + 1))
+	set +f
+	for f in /proc/[0-9]*/stat; do
+		set -f
+		read -r l 2>/dev/null <"$f" || continue
+		q=${l%% *}
+		case $seen in *" $q "*) continue ;; esac
+		set -- ${l##*") "}
+		case $1 in Z | X | x) continue ;; esac
+		if [ "$3" = "$p" ] || [ "$4" = "$p" ] || { [ "$q" = "$p" ] && [ "$2" = "$PPID" ]; } ||
+			case $seen in *" $2 "*) true ;; *) false ;; esac; then
+			kill -STOP "$q" 2>/dev/null
+			seen="$seen$q "
+			more=1
+		fi
+	done
+done
+set -f
+kill -KILL -"$p" $seen 2>/dev/null
+exit 0
+`
+
+// killGuestCommand kills a command Exec started, and everything it
+// started, with SIGKILL (killTreeScript), and waits, at most
+// execKillGrace, until the agent has reaped the command and its output
+// pipes are closed: no process that held them is left. qemu-ga has no
 // command to signal what it started, so the kill is the guest's own
-// shell's builtin, run through guest-exec: it needs no kill binary. The
-// pid is the agent's number, formatted here, so nothing of the guest's
-// reaches the shell's command line but an integer.
+// shell's, run through guest-exec: it needs /bin/sh, and no other
+// program. The pid is the agent's number, formatted here.
 func (m *Machine) killGuestCommand(ctx context.Context, pid int) error {
 	ctx, cancel := context.WithTimeout(ctx, execKillGrace)
 	defer cancel()
-	kill, err := m.guestExec(ctx, ExecRequest{Args: []string{"/bin/sh", "-c", "kill -KILL " + strconv.Itoa(pid)}})
+	kill, err := m.guestExec(ctx, ExecRequest{Args: []string{"/bin/sh", "-c", killTreeScript, "vmpod-kill", strconv.Itoa(pid)}})
 	if err != nil {
+		if errdefs.IsInvalidArgument(err) {
+			return fmt.Errorf("the guest cannot run /bin/sh, which the kill needs: %w", err)
+		}
 		return err
 	}
 	// First the kill, then the command: guest-exec-status says exited
-	// once the agent has reaped it, so no process is left behind.
+	// once the agent has reaped it and its stdout and stderr are closed,
+	// so nothing that held them is left behind.
 	for _, p := range []int{kill, pid} {
-		if _, err := m.waitExited(ctx, p); err != nil {
+		res, err := m.waitExited(ctx, p)
+		if err != nil {
 			if ctx.Err() != nil {
 				return fmt.Errorf("guest pid %d still runs after %v", p, execKillGrace)
 			}
 			return err
 		}
+		if p == kill && res.ExitCode != 0 {
+			return fmt.Errorf("the guest's /bin/sh ran the kill to exit status %d: %q", res.ExitCode, firstLine(res.Stderr))
+		}
 	}
 	return nil
+}
+
+// firstLine is b's first line, at most 200 bytes of it.
+func firstLine(b []byte) string {
+	line, _, _ := strings.Cut(string(b[:min(len(b), 200)]), "\n")
+	return line
 }
 
 // PingAgent asks the guest agent for a guest-ping, waiting at most
@@ -207,6 +326,11 @@ func (m *Machine) guestExec(ctx context.Context, req ExecRequest) (int, error) {
 	}
 	if ret.PID == nil {
 		return 0, fmt.Errorf("%w: the guest agent's guest-exec reply has no pid", errdefs.ErrUnknown)
+	}
+	// A child's pid is above 1; anything else would make the kill's
+	// -PID mean more than the command's group.
+	if *ret.PID < 2 {
+		return 0, fmt.Errorf("%w: the guest agent's guest-exec reply has pid %d", errdefs.ErrUnknown, *ret.PID)
 	}
 	return *ret.PID, nil
 }

@@ -39,6 +39,12 @@ func TestExec(t *testing.T) {
 			vm.ExecResult{Stdout: []byte("hi there\n")}},
 		{"killed by a signal", vm.ExecRequest{Args: []string{"sh", "-c", "kill -9 $$"}},
 			vm.ExecResult{ExitCode: 128 + 9}},
+		{"exit 127 of its own", vm.ExecRequest{Args: []string{"sh", "-c", "echo gone >&2; exit 127"}},
+			vm.ExecResult{ExitCode: 127, Stderr: []byte("gone\n")}},
+		// The guest's setsid is in /usr/bin: the command runs as the
+		// agent's plain child.
+		{"no setsid in PATH", vm.ExecRequest{Args: []string{"sh", "-c", "echo $PATH"}, Env: []string{"PATH=/bin"}},
+			vm.ExecResult{Stdout: []byte("/bin\n")}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -56,6 +62,13 @@ func TestExec(t *testing.T) {
 
 	t.Run("missing program", func(t *testing.T) {
 		_, err := g.m.Exec(ctx, vm.ExecRequest{Args: []string{"/no/such/program", "x"}})
+		if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "/no/such/program") ||
+			!strings.Contains(err.Error(), "No such file or directory") {
+			t.Errorf("err = %v, want InvalidArgument naming the program and saying it does not exist", err)
+		}
+	})
+	t.Run("missing program, no setsid in PATH", func(t *testing.T) {
+		_, err := g.m.Exec(ctx, vm.ExecRequest{Args: []string{"/no/such/program"}, Env: []string{"PATH=/bin"}})
 		if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "/no/such/program") ||
 			!strings.Contains(err.Error(), "No such file or directory") {
 			t.Errorf("err = %v, want InvalidArgument naming the program and saying it does not exist", err)
@@ -80,6 +93,41 @@ func TestExec(t *testing.T) {
 		}
 	})
 
+	// A command that starts children and waits for them: when its exec
+	// ends first, they go with it (issue 28, item 14).
+	tree := vm.ExecRequest{Args: []string{"sh", "-c", "sleep 300 & sleep 301 & wait"}}
+	t.Run("context cancelled: the command and its children are killed", func(t *testing.T) {
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		err := execUntilChildren(ctx, cctx, t, g.m, tree, "^sleep 30[01]", cancel)
+		t.Log(err)
+		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "process group") || !strings.HasSuffix(err.Error(), "killed") {
+			t.Errorf("err = %v, want the cancel and the command's process group killed", err)
+		}
+		assertNoProcess(ctx, t, g.m, "sleep 30[01]")
+	})
+	t.Run("deadline: the command and its children are killed", func(t *testing.T) {
+		tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		err := execUntilChildren(ctx, tctx, t, g.m, tree, "^sleep 30[01]", func() {})
+		t.Log(err)
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "process group") || !strings.HasSuffix(err.Error(), "killed") {
+			t.Errorf("err = %v, want the deadline and the command's process group killed", err)
+		}
+		assertNoProcess(ctx, t, g.m, "sleep 30[01]")
+	})
+	t.Run("no setsid in PATH: the command and its children are killed", func(t *testing.T) {
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		req := vm.ExecRequest{Args: []string{"sh", "-c", "sleep 302 & sleep 303 & wait"}, Env: []string{"PATH=/bin"}}
+		err := execUntilChildren(ctx, cctx, t, g.m, req, "^sleep 30[23]", cancel)
+		t.Log(err)
+		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "no setsid") || !strings.HasSuffix(err.Error(), "killed") {
+			t.Errorf("err = %v, want the cancel and the command's descendants killed", err)
+		}
+		assertNoProcess(ctx, t, g.m, "sleep 30[23]")
+	})
+
 	// The round trip: ping, guest-exec and guest-exec-status until exited.
 	var rtts []time.Duration
 	for range 10 {
@@ -91,6 +139,52 @@ func TestExec(t *testing.T) {
 	}
 	t.Logf("exec round trip of `true` (TCG): median %v, min %v, max %v",
 		median(rtts).Round(time.Microsecond), minDur(rtts).Round(time.Microsecond), maxDur(rtts).Round(time.Microsecond))
+}
+
+// execUntilChildren runs req in execCtx until two guest processes match
+// pattern (pgrep -f, asked in ctx: the command's children), then calls
+// end and returns what the Exec returns. The Exec must not return before
+// the two run.
+func execUntilChildren(ctx, execCtx context.Context, t *testing.T, m *vm.Machine, req vm.ExecRequest, pattern string, end func()) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.Exec(execCtx, req)
+		done <- err
+	}()
+	for {
+		select {
+		case err := <-done:
+			t.Fatalf("Exec(%q) returned %v before two processes matched %q", req.Args, err, pattern)
+		default:
+		}
+		res, err := m.Exec(ctx, vm.ExecRequest{Args: []string{"pgrep", "-f", pattern}})
+		if err != nil {
+			t.Fatalf("pgrep -f %q: %v", pattern, err)
+		}
+		if len(strings.Fields(string(res.Stdout))) == 2 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	end()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		t.Fatalf("Exec(%q) did not return: %v", req.Args, ctx.Err())
+		return nil
+	}
+}
+
+// assertNoProcess checks that no guest process matches pattern (pgrep
+// -f, which leaves itself out; exit 1: no such process).
+func assertNoProcess(ctx context.Context, t *testing.T, m *vm.Machine, pattern string) {
+	t.Helper()
+	res, err := m.Exec(ctx, vm.ExecRequest{Args: []string{"pgrep", "-f", pattern}})
+	if err != nil || res.ExitCode != 1 {
+		t.Errorf("pgrep -f %q after the exec ended: exit %d, stdout %q, err %v; want exit 1, no such process", pattern, res.ExitCode, res.Stdout, err)
+	}
 }
 
 // TestExecWithoutAgent: in a guest that runs no QEMU guest agent, Exec

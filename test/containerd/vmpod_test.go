@@ -114,13 +114,14 @@ func TestCrictlVMPod(t *testing.T) {
 	httpGet(t, c, ip)
 
 	// An exec that times out (an exec probe's timeoutSeconds): containerd
-	// kills it and waits, and the shim kills the command in the guest
-	// first, so pgrep (which leaves itself out) finds no sleep: exit 1.
-	if _, err := c.Crictl(t, "exec", "-s", "--timeout", "2", id, "sleep", "121"); err == nil {
-		t.Errorf("crictl exec -s --timeout 2 sleep 121 succeeded, want the timeout")
+	// kills it and waits, and the shim kills the command in the guest,
+	// with the children it started, first, so pgrep (which leaves itself
+	// out) finds neither the shell nor a sleep: exit 1.
+	if _, err := c.Crictl(t, "exec", "-s", "--timeout", "2", id, "sh", "-c", "sleep 121 & sleep 122 & wait"); err == nil {
+		t.Errorf("crictl exec -s --timeout 2 sh -c 'sleep 121 & sleep 122 & wait' succeeded, want the timeout")
 	}
-	if out, err := c.Crictl(t, "exec", "-s", id, "pgrep", "-f", "sleep 121"); err == nil || !strings.Contains(err.Error(), "exit") || !strings.Contains(err.Error(), " 1") {
-		t.Errorf("pgrep -f 'sleep 121' after the exec timed out: %q, %v; want exit 1, the command gone from the guest", out, err)
+	if out, err := c.Crictl(t, "exec", "-s", id, "pgrep", "-f", "sleep 12[12]"); err == nil || !strings.Contains(err.Error(), "exit") || !strings.Contains(err.Error(), " 1") {
+		t.Errorf("pgrep -f 'sleep 12[12]' after the exec timed out: %q, %v; want exit 1, the command and its children gone from the guest", out, err)
 	}
 
 	// containerd restarts; the shim and the VM run on and containerd

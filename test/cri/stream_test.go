@@ -114,14 +114,15 @@ func (n *node) checkExecSync(id string) {
 	if err == nil || !strings.Contains(err.Error(), "exited with 127") {
 		t.Errorf("crictl exec -s of a missing program: %v, want exit 127", err)
 	}
-	// The timed-out sleep is killed in the guest: pgrep (which leaves
-	// itself out) finds it no more and exits 1.
-	_, err = n.crictlRun(time.Minute, "exec", "-s", "--timeout", "2", id, "sleep", "120")
+	// The timed-out command is killed in the guest with the sleeps it
+	// started: pgrep (which leaves itself out) finds none of them and
+	// exits 1.
+	_, err = n.crictlRun(time.Minute, "exec", "-s", "--timeout", "2", id, "sh", "-c", "sleep 120 & sleep 123 & wait")
 	if err == nil || !strings.Contains(err.Error(), "DeadlineExceeded") || !strings.Contains(err.Error(), "killed") {
-		t.Errorf("crictl exec -s --timeout 2 sleep 120: %v, want DeadlineExceeded and the command killed", err)
+		t.Errorf("crictl exec -s --timeout 2 sh -c 'sleep 120 & sleep 123 & wait': %v, want DeadlineExceeded and the command killed", err)
 	}
-	if _, err := n.crictlRun(time.Minute, "exec", "-s", id, "pgrep", "-f", "sleep 120"); err == nil || !strings.Contains(err.Error(), "exited with 1") {
-		t.Errorf("pgrep -f 'sleep 120' after the exec timed out: %v, want exit 1 (no such process)", err)
+	if _, err := n.crictlRun(time.Minute, "exec", "-s", id, "pgrep", "-f", "sleep 12[03]"); err == nil || !strings.Contains(err.Error(), "exited with 1") {
+		t.Errorf("pgrep -f 'sleep 12[03]' after the exec timed out: %v, want exit 1 (no such process)", err)
 	}
 }
 
