@@ -107,6 +107,35 @@ func (g *tapGuest) exchange(t testing.TB, req *dhcpv4.DHCPv4, src netip.Addr, tr
 	return nil
 }
 
+// checkLease runs a DISCOVER/REQUEST exchange from the pod's MAC, checks
+// the OFFER and the ACK against want (whose Type is "OFFER") and returns
+// the OFFER.
+func (g *tapGuest) checkLease(t testing.TB, want lease, tries int) *dhcpv4.DHCPv4 {
+	t.Helper()
+	discover, err := dhcpv4.NewDiscovery(podMAC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	offer := g.exchange(t, discover, netip.IPv4Unspecified(), tries)
+	if offer == nil {
+		t.Fatal("no OFFER")
+	}
+	if diff := cmp.Diff(want, leaseOf(offer)); diff != "" {
+		t.Errorf("OFFER (-want +got):\n%s", diff)
+	}
+	request, err := dhcpv4.NewRequestFromOffer(offer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want.Type = "ACK"
+	if ack := g.exchange(t, request, netip.IPv4Unspecified(), tries); ack == nil {
+		t.Error("no ACK for the REQUEST")
+	} else if diff := cmp.Diff(want, leaseOf(ack)); diff != "" {
+		t.Errorf("ACK (-want +got):\n%s", diff)
+	}
+	return offer
+}
+
 func TestDHCP(t *testing.T) {
 	tp := newTopology(t)
 	resolv := filepath.Join(t.TempDir(), "resolv.conf")
@@ -155,28 +184,8 @@ func TestDHCP(t *testing.T) {
 		t.Errorf("a DISCOVER from %s, not the pod's MAC, was answered: %s", other, resp.Summary())
 	}
 
-	discover, err = dhcpv4.NewDiscovery(podMAC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	offer := guest.exchange(t, discover, netip.IPv4Unspecified(), tries)
-	if offer == nil {
-		t.Fatal("no OFFER")
-	}
-	if diff := cmp.Diff(want, leaseOf(offer)); diff != "" {
-		t.Errorf("OFFER (-want +got):\n%s", diff)
-	}
-
-	request, err := dhcpv4.NewRequestFromOffer(offer)
-	if err != nil {
-		t.Fatal(err)
-	}
+	offer := guest.checkLease(t, want, tries)
 	want.Type = "ACK"
-	if ack := guest.exchange(t, request, netip.IPv4Unspecified(), tries); ack == nil {
-		t.Error("no ACK for the REQUEST")
-	} else if diff := cmp.Diff(want, leaseOf(ack)); diff != "" {
-		t.Errorf("ACK (-want +got):\n%s", diff)
-	}
 
 	wrong, err := dhcpv4.NewRequestFromOffer(offer, dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(net.IPv4(10, 244, 0, 99))))
 	if err != nil {

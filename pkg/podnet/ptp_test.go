@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/insomniacslk/dhcp/dhcpv4"
 
 	"github.com/vmpod/vmpod/pkg/podnet"
 )
@@ -94,27 +93,7 @@ func TestDHCPPrefixOffLink(t *testing.T) {
 		ServerID:  "10.244.0.1",
 	}
 	const tries = 3
-	discover, err := dhcpv4.NewDiscovery(podMAC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	offer := guest.exchange(t, discover, netip.IPv4Unspecified(), tries)
-	if offer == nil {
-		t.Fatal("no OFFER")
-	}
-	if diff := cmp.Diff(want, leaseOf(offer)); diff != "" {
-		t.Errorf("OFFER (-want +got):\n%s", diff)
-	}
-	request, err := dhcpv4.NewRequestFromOffer(offer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want.Type = "ACK"
-	if ack := guest.exchange(t, request, netip.IPv4Unspecified(), tries); ack == nil {
-		t.Error("no ACK for the REQUEST")
-	} else if diff := cmp.Diff(want, leaseOf(ack)); diff != "" {
-		t.Errorf("ACK (-want +got):\n%s", diff)
-	}
+	guest.checkLease(t, want, tries)
 }
 
 // TestUDHCPCPrefixOffLink runs the test guest's DHCP client (busybox
