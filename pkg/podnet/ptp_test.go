@@ -107,29 +107,7 @@ func TestUDHCPCPrefixOffLink(t *testing.T) {
 	guest := newNetnsGuest(t, tp.topology)
 	udhcpc(t, guest)
 
-	if got := run(t, "ip", "-n", guest, "-4", "-o", "addr", "show", "dev", podIf); !strings.Contains(got, " inet 10.244.0.5/32 ") {
-		t.Errorf("guest's %s: %s, want 10.244.0.5/32", podIf, got)
-	}
-	// Where each destination goes: the pod's neighbour, the gateway, a pod
-	// on another node, a Service. `ip route get` sends nothing.
-	for _, dst := range []string{neighbourIP.String(), nodeIP.String(), "10.244.2.9", "10.96.0.10"} {
-		if pod, got := nextHop(t, tp.pod, dst), nextHop(t, guest, dst); got != pod {
-			t.Errorf("guest routes %s %s, the pod netns %s", dst, got, pod)
-		}
-	}
-	// And by the same routes: option 121 applied in full.
-	if diff := cmp.Diff(routes(t, tp.pod), routes(t, guest)); diff != "" {
-		t.Errorf("guest's routes (-pod netns +guest):\n%s", diff)
-	}
-	if t.Failed() {
-		t.Logf("pod netns routes:\n%s", run(t, "ip", "-n", tp.pod, "route", "show"))
-		t.Logf("guest routes:\n%s", run(t, "ip", "-n", guest, "route", "show"))
-	}
-
-	// TCP between the guest and the neighbour pod, each way; the replies
-	// take the guest's routes too.
-	tcpHello(t, tp.neighbour, guest, neighbourIP)
-	tcpHello(t, guest, tp.neighbour, podIP)
+	checkGuestRouting(t, tp, guest)
 
 	// The script again on a configured guest (test/cri runs udhcpc again
 	// after a takeover): the same routes, not "File exists" half-way.
@@ -348,6 +326,17 @@ printf '%s' "$0" >/run/systemd/network/10-vmpod.network && exec "$1"`, conf, net
 			t.Fatalf("no default route in the guest after 30 s:\n%s", run(t, "ip", "-n", guest, "route", "show"))
 		}
 	}
+	checkGuestRouting(t, tp, guest)
+}
+
+// checkGuestRouting checks a guest netns configured by a DHCP client in the
+// ptp layout: the pod IP as a /32, the pod netns's next hop for the pod's
+// neighbour, the gateway, a pod on another node and a Service (`ip route
+// get` sends nothing), the pod netns's routes (option 121 applied in full),
+// and TCP with the neighbour pod each way (the replies take the guest's
+// routes too).
+func checkGuestRouting(t *testing.T, tp ptpTopology, guest string) {
+	t.Helper()
 	if got := run(t, "ip", "-n", guest, "-4", "-o", "addr", "show", "dev", podIf); !strings.Contains(got, " inet 10.244.0.5/32 ") {
 		t.Errorf("guest's %s: %s, want 10.244.0.5/32", podIf, got)
 	}
