@@ -161,7 +161,6 @@ func (c Config) imageLimits() untar.Limits {
 	return untar.Limits{Bytes: c.ImageMaxBytes, Entries: c.ImageMaxEntries, Depth: c.ImageMaxDepth}
 }
 
-func (c Config) libvirtRoot() string    { return filepath.Join(c.StateRoot, "libvirt") }
 func (c Config) imageDir() string       { return filepath.Join(c.StateRoot, "images") }
 func (c Config) checkpointDir() string  { return filepath.Join(c.StateRoot, "cri") }
 func (c Config) cniCacheDir() string    { return filepath.Join(c.StateRoot, "cni-cache") }

@@ -1,15 +1,13 @@
 package cri
 
 import (
-	"context"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/containerd/errdefs"
 
-	"github.com/vmpod/vmpod/pkg/vm"
-	"github.com/vmpod/vmpod/pkg/vmspec"
+	"github.com/vmpod/vmpod/internal/ckpt"
+	"github.com/vmpod/vmpod/pkg/vmd"
 )
 
 // containerState is a container's CRI state; the container is the VM:
@@ -31,7 +29,13 @@ const (
 	containerExited  containerState = "exited"
 )
 
-// containerRecord is what a container is, as checkpointed.
+// containerCheckpointVersion is the version of a container's checkpoint:
+// 2 since its VM's record moved to pkg/vmd (a version 1 checkpoint, which
+// held the VM too, is skipped).
+const containerCheckpointVersion = 2
+
+// containerRecord is what a container is, as checkpointed; its VM is
+// pkg/vmd's, under the same id.
 type containerRecord struct {
 	ID          string            `json:"id"`
 	SandboxID   string            `json:"sandboxId"`
@@ -51,98 +55,40 @@ type containerRecord struct {
 	ExitCode   int32          `json:"exitCode,omitempty"`
 	Reason     string         `json:"reason,omitempty"`
 	Message    string         `json:"message,omitempty"`
-
-	// Held is what the VM holds on the node, as pkg/vm reports it before
-	// each acquisition; what a restarted server takes over (vm.Adopt) or
-	// undoes.
-	Held vm.Held `json:"held"`
-	// Spec is the VM the container was created as, for a restarted server
-	// to take it over; nil in a checkpoint of an earlier version of the
-	// server, whose VM is undone.
-	Spec *vmspec.Spec `json:"spec,omitempty"`
 }
 
-// container is one VM container, its record checkpointed.
+// container is one VM container, its record checkpointed. Its VM is the
+// node's VM service's (s.vms) under the container's id, from
+// CreateContainer until the VM stopped (wait) or the container is
+// removed.
 type container struct {
-	*stored[containerRecord]
+	*ckpt.Store[containerRecord]
 	id, sandboxID string // never change
 
-	// Set from Create until the VM is deleted; nil after a restart. Only
-	// Create, Start, Stop and Remove (each holding the busy mark) and the
-	// VM's wait use vm directly; everything that runs beside them (exec,
-	// attach, stats, update) goes through use.
-	vm  *vm.VM
-	log *criLog
-	// console is the VM's console output, to the log and any attach.
+	// log is the CRI log file, console the VM's console output to it and
+	// to any attach; set while the VM may write (from Create, or from a
+	// restarted server's takeover, until the VM stopped).
+	log     *criLog
 	console *consoleOut
-	// exited is closed when a started VM stopped and was deleted.
+	// exited is closed when a started VM stopped and its exit is
+	// recorded.
 	exited chan struct{}
 
-	live liveVM
-	cpu  cpuSampler
-}
-
-// liveVM is the container's VM while it runs, for the calls that share
-// it with its lifecycle: use lends it out, and stop (the VM's wait, once
-// the VM stopped) takes it back, cancels what still uses it and waits for
-// them before the VM is deleted.
-type liveVM struct {
-	mu     sync.Mutex
-	vm     *vm.VM
-	ctx    context.Context // ends when the VM stops
-	cancel context.CancelFunc
-	users  sync.WaitGroup
-}
-
-// start lends v out from now on.
-func (l *liveVM) start(v *vm.VM) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.vm = v
-	l.ctx, l.cancel = context.WithCancel(context.Background())
-}
-
-// use is the running VM, a context that ends when it stops, and the
-// release every use must call; FailedPrecondition when it does not run.
-func (c *container) use() (*vm.VM, context.Context, func(), error) {
-	l := &c.live
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.vm == nil {
-		return nil, nil, nil, errorf(errdefs.ErrFailedPrecondition, "container %s is %s, not running", c.id, c.get().State)
-	}
-	l.users.Add(1)
-	return l.vm, l.ctx, l.users.Done, nil
-}
-
-// running is nil when the container's VM runs.
-func (c *container) running() error {
-	_, _, release, err := c.use()
-	if err == nil {
-		release()
-	}
-	return err
-}
-
-// stop lends the VM out no more, ends what uses it and waits for them.
-func (l *liveVM) stop() {
-	l.mu.Lock()
-	cancel := l.cancel
-	l.vm, l.cancel = nil, nil
-	l.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-	l.users.Wait()
+	cpu cpuSampler
 }
 
 func newContainer(c Config, rec containerRecord) *container {
-	return &container{stored: newStored("container "+rec.ID, c.containerPath(rec.ID), rec), id: rec.ID, sandboxID: rec.SandboxID}
+	return &container{Store: ckpt.New("container "+rec.ID, c.containerPath(rec.ID), containerCheckpointVersion, rec),
+		id: rec.ID, sandboxID: rec.SandboxID}
 }
 
-// record is the VM's vm.Request.Record.
-func (c *container) record(h vm.Held) error {
-	return c.update(func(r *containerRecord) error { r.Held = h; return nil })
+// running is nil when the container's VM runs, FailedPrecondition when
+// it does not.
+func (s *Server) running(c *container) error {
+	if r, err := s.vms.Get(c.id); err == nil && r.State == vmd.Running {
+		return nil
+	}
+	return errorf(errdefs.ErrFailedPrecondition, "container %s is %s, not running", c.id, c.Get().State)
 }
 
 // container finds a container by id or unique id prefix.

@@ -20,7 +20,7 @@ func (s *Server) Attach(ctx context.Context, r *runtimeapi.AttachRequest) (*runt
 	if err != nil {
 		return nil, err
 	}
-	if err := c.running(); err != nil {
+	if err := s.running(c); err != nil {
 		return nil, err
 	}
 	st, err := s.streaming()
@@ -32,22 +32,23 @@ func (s *Server) Attach(ctx context.Context, r *runtimeapi.AttachRequest) (*runt
 }
 
 // Attach copies the console to out and in to the console until the
-// client goes or the VM's console ends. The VM is held only to join its
-// console: a slow client never holds up its stop.
+// client goes or the VM's console ends. A slow client never holds up the
+// VM's stop.
 func (rt streamRuntime) Attach(ctx context.Context, id string, in io.Reader, out, _ io.WriteCloser,
 	_ bool, _ <-chan remotecommand.TerminalSize) error {
 	c, err := rt.s.container(id)
 	if err != nil {
 		return err
 	}
-	v, _, release, err := c.use()
+	input, err := rt.s.vms.ConsoleInput(c.id)
 	if err != nil {
 		return err
 	}
-	input := v.ConsoleInput()
+	if c.console == nil {
+		return errorf(errdefs.ErrFailedPrecondition, "container %s: the VM has no serial console to attach to", c.id)
+	}
 	a, ok := c.console.attach()
-	release()
-	if !ok || input == nil {
+	if !ok {
 		return errorf(errdefs.ErrFailedPrecondition, "container %s: the VM has no serial console to attach to", c.id)
 	}
 	defer c.console.detach(a)

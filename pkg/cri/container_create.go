@@ -17,18 +17,19 @@ import (
 
 	"github.com/vmpod/vmpod/pkg/podcgroup"
 	"github.com/vmpod/vmpod/pkg/vm"
+	"github.com/vmpod/vmpod/pkg/vmd"
 	"github.com/vmpod/vmpod/pkg/vmspec"
 )
 
 // CreateContainer makes the pod's VM up to a defined, not yet started
-// domain, through vm.Create, in the pod's network namespace. A pod has
+// domain, through the node's VM service (vmd.Service.Create). A pod has
 // one VM: a second container while the first has not exited is refused.
 func (s *Server) CreateContainer(ctx context.Context, r *runtimeapi.CreateContainerRequest) (_ *runtimeapi.CreateContainerResponse, retErr error) {
 	sb, err := s.sandbox(r.GetPodSandboxId())
 	if err != nil {
 		return nil, err
 	}
-	sbRec := sb.get()
+	sbRec := sb.Get()
 	if sbRec.State != sandboxReady {
 		return nil, errorf(errdefs.ErrFailedPrecondition, "sandbox %s is not ready", sbRec.ID)
 	}
@@ -37,7 +38,7 @@ func (s *Server) CreateContainer(ctx context.Context, r *runtimeapi.CreateContai
 		return nil, errorf(errdefs.ErrInvalidArgument, "container metadata needs a name")
 	}
 	for _, other := range s.containersOf(sbRec.ID) {
-		if o := other.get(); o.State != containerExited {
+		if o := other.Get(); o.State != containerExited {
 			return nil, errorf(errdefs.ErrFailedPrecondition,
 				"sandbox %s has container %s (%s) %s: a VM pod has exactly one container", sbRec.ID, o.Name, o.ID, o.State)
 		}
@@ -87,14 +88,13 @@ func (s *Server) CreateContainer(ctx context.Context, r *runtimeapi.CreateContai
 		return nil, err
 	}
 
-	rec.Spec = &spec
 	c := newContainer(s.cfg, rec)
-	if err := c.update(func(r *containerRecord) error { *r = rec; return nil }); err != nil {
+	if err := c.Update(func(r *containerRecord) error { *r = rec; return nil }); err != nil {
 		return nil, err
 	}
 	defer func() {
 		if retErr != nil {
-			c.remove()
+			c.Remove()
 		}
 	}()
 	if c.log, err = openCRILog(rec.LogPath); err != nil {
@@ -107,42 +107,25 @@ func (s *Server) CreateContainer(ctx context.Context, r *runtimeapi.CreateContai
 	}()
 	c.console = newConsoleOut(c.log)
 
-	// libvirt opens here, in the server's namespace, not the pod's.
-	env, err := s.hypervisor(ctx)
-	if err != nil {
-		return nil, err
+	req := vmd.CreateRequest{
+		ID:          id,
+		PodID:       sbRec.ID,
+		Spec:        spec,
+		Rootfs:      rootfs,
+		Network:     s.podNetwork(sbRec),
+		InstanceID:  sbRec.UID,
+		Cgroup:      cg,
+		CPU:         oci.Linux.Resources.CPU,
+		OOMScoreAdj: oci.Process.OOMScoreAdj, // QEMU's, not the server's
+		Console:     c.console,
 	}
-	j, err := s.jail(sbRec.ID)
-	if err != nil {
-		return nil, err
-	}
-	req := vm.Request{
-		Spec:       spec,
-		Layout:     s.layout(sbRec.ID),
-		Jail:       j,
-		Rootfs:     rootfs,
-		Network:    s.podNetwork(sbRec),
-		InstanceID: sbRec.UID,
-		Cgroup:     cg,
-		CPU:        oci.Linux.Resources.CPU,
-		// QEMU's, not the server's (which QEMU would inherit).
-		OOMScoreAdj: oci.Process.OOMScoreAdj,
-		ConsoleOut:  c.console,
-		Record:      c.record,
-	}
-	req.BlockDevices, err = blockDevices(cfg.GetDevices())
-	if err != nil {
+	if req.BlockDevices, err = blockDevices(cfg.GetDevices()); err != nil {
 		return nil, err
 	}
 	if ci := spec.CloudInit; ci != nil && ci.Volume != "" {
 		req.CloudInitDir = mountSource(cfg.GetMounts(), ci.VolumeMountPath)
 	}
-	err = inNetns(sbRec.Netns, func() error {
-		var err error
-		c.vm, err = vm.Create(ctx, req, opener(env))
-		return err
-	})
-	if err != nil {
+	if err := s.vms.Create(ctx, req); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
@@ -150,11 +133,6 @@ func (s *Server) CreateContainer(ctx context.Context, r *runtimeapi.CreateContai
 	s.mu.Unlock()
 	log.G(ctx).Infof("container %s of sandbox %s: VM %s defined", id, sbRec.ID, spec.Name)
 	return &runtimeapi.CreateContainerResponse{ContainerId: id}, nil
-}
-
-// opener is the vm.Opener of a pod's VM: the node's env, open already.
-func opener(env vm.Env) vm.Opener {
-	return func(context.Context) (vm.Env, error) { return env, nil }
 }
 
 // podNetwork is the pod network its VM takes over.

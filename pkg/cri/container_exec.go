@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"time"
 
 	"github.com/containerd/errdefs"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -34,7 +33,7 @@ func (s *Server) Exec(ctx context.Context, r *runtimeapi.ExecRequest) (*runtimea
 	if len(r.GetCmd()) == 0 {
 		return nil, errorf(errdefs.ErrInvalidArgument, "exec in %s: no command", c.id)
 	}
-	if err := c.running(); err != nil {
+	if err := s.running(c); err != nil {
 		return nil, err
 	}
 	st, err := s.streaming()
@@ -45,7 +44,7 @@ func (s *Server) Exec(ctx context.Context, r *runtimeapi.ExecRequest) (*runtimea
 	return st.GetExec(r)
 }
 
-// Exec runs the command through the guest agent (execInGuest): stdin, if
+// Exec runs the command through the guest agent (execIn): stdin, if
 // any, is read to its end first (at most vm.MaxExecInput), and the output
 // is written once the command exited; a non-zero exit is the stream's
 // exit code.
@@ -89,55 +88,8 @@ func (rt streamRuntime) Exec(ctx context.Context, id string, cmd []string, in io
 	return nil
 }
 
-// execIn runs req in c's VM, holding the VM only while it runs.
+// execIn runs req in c's VM (vmd.Service.Exec: its exit statuses and its
+// wait for a booting guest's agent).
 func (s *Server) execIn(ctx context.Context, c *container, req vm.ExecRequest) (vm.ExecResult, error) {
-	v, vmCtx, release, err := c.use()
-	if err != nil {
-		return vm.ExecResult{}, err
-	}
-	defer release()
-	var started time.Time
-	if t := c.get().StartedAt; t != 0 {
-		started = time.Unix(0, t)
-	}
-	waitAgent(ctx, vmCtx, v.PingAgent, started)
-	return execInGuest(ctx, vmCtx, v, req)
-}
-
-// agentBootGrace is how long after a VM's start an exec waits for the
-// guest agent to answer: the guest boots before its agent runs (seconds
-// with KVM, tens of seconds under TCG), and an exec soon after the start
-// (a startup probe, critest's, a user's) would otherwise find no agent
-// and exit 126. agentPollInterval is the pause between pings.
-const (
-	agentBootGrace    = 2 * time.Minute
-	agentPollInterval = 250 * time.Millisecond
-)
-
-// waitAgent returns once ping answers, the VM stops (vmCtx), ctx ends,
-// or agentBootGrace has passed since started, whichever comes first; the
-// exec that follows then reports what it finds. A VM that started
-// earlier is not waited for (one ping fewer): its agent is up, or it has
-// none.
-func waitAgent(ctx, vmCtx context.Context, ping func(context.Context) error, started time.Time) {
-	deadline := started.Add(agentBootGrace)
-	if started.IsZero() || !time.Now().Before(deadline) {
-		return
-	}
-	for {
-		if ping(ctx) == nil {
-			return
-		}
-		wait := min(agentPollInterval, time.Until(deadline))
-		if wait <= 0 {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-vmCtx.Done():
-			return
-		case <-time.After(wait):
-		}
-	}
+	return s.vms.Exec(ctx, c.id, req)
 }

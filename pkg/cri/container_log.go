@@ -14,7 +14,7 @@ func (s *Server) ReopenContainerLog(ctx context.Context, r *runtimeapi.ReopenCon
 	if err != nil {
 		return nil, err
 	}
-	if rec := c.get(); rec.State != containerRunning || c.log == nil {
+	if rec := c.Get(); rec.State != containerRunning || c.log == nil {
 		return nil, errorf(errdefs.ErrFailedPrecondition, "container %s is not running", rec.ID)
 	}
 	if err := c.log.Reopen(); err != nil {

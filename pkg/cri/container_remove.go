@@ -28,24 +28,24 @@ func (s *Server) removeContainer(ctx context.Context, c *container) error {
 	if err := s.stopContainer(ctx, c, 0); err != nil {
 		return err
 	}
-	if err := c.begin("remove", nil); err != nil {
+	if err := c.Begin("remove", nil); err != nil {
 		return err
 	}
 	// Not ended: a removed container stays busy for whoever still holds it.
-	rec := c.get()
-	if !rec.Held.Empty() {
-		c.end()
-		return errorf(errdefs.ErrFailedPrecondition, "container %s: its VM still holds %+v", rec.ID, rec.Held)
+	rec := c.Get()
+	if err := s.vms.Remove(ctx, c.id); err != nil && !errdefs.IsNotFound(err) {
+		c.End()
+		return err
 	}
-	if err := c.remove(); err != nil {
-		c.end()
+	if err := c.Remove(); err != nil {
+		c.End()
 		return err
 	}
 	s.mu.Lock()
 	delete(s.containers, c.id)
 	s.mu.Unlock()
 	if sb, err := s.sandbox(c.sandboxID); err == nil {
-		s.release(containerName(rec, sb.get()), rec.ID)
+		s.release(containerName(rec, sb.Get()), rec.ID)
 	}
 	return nil
 }

@@ -17,7 +17,7 @@ func (s *Server) ContainerStats(ctx context.Context, r *runtimeapi.ContainerStat
 	if err != nil {
 		return nil, err
 	}
-	st, err := containerStats(c)
+	st, err := s.containerStats(c)
 	if err != nil {
 		return nil, err
 	}
@@ -30,7 +30,7 @@ func (s *Server) ListContainerStats(ctx context.Context, r *runtimeapi.ListConta
 	f := r.GetFilter()
 	resp := &runtimeapi.ListContainerStatsResponse{}
 	for _, c := range snapshot(&s.mu, s.containers) {
-		rec := c.get()
+		rec := c.Get()
 		switch {
 		case f.GetId() != "" && !strings.HasPrefix(rec.ID, f.GetId()):
 			continue
@@ -39,7 +39,7 @@ func (s *Server) ListContainerStats(ctx context.Context, r *runtimeapi.ListConta
 		case !matchLabels(rec.Labels, f.GetLabelSelector()):
 			continue
 		}
-		st, err := containerStats(c)
+		st, err := s.containerStats(c)
 		if err != nil {
 			return nil, err
 		}
@@ -49,13 +49,13 @@ func (s *Server) ListContainerStats(ctx context.Context, r *runtimeapi.ListConta
 	return resp, nil
 }
 
-func containerStats(c *container) (*runtimeapi.ContainerStats, error) {
-	rec := c.get()
+func (s *Server) containerStats(c *container) (*runtimeapi.ContainerStats, error) {
+	rec := c.Get()
 	st := &runtimeapi.ContainerStats{Attributes: &runtimeapi.ContainerAttributes{
 		Id: rec.ID, Metadata: containerMetadata(rec), Labels: rec.Labels, Annotations: rec.Annotations}}
-	cpu, mem, err := c.vmUsage()
+	cpu, mem, err := s.vmUsage(c)
 	switch {
-	case errdefs.IsFailedPrecondition(err):
+	case errdefs.IsFailedPrecondition(err), errdefs.IsNotFound(err):
 		return st, nil // not running: no usage
 	case err != nil:
 		return nil, err

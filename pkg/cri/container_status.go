@@ -14,7 +14,7 @@ func (s *Server) ContainerStatus(ctx context.Context, r *runtimeapi.ContainerSta
 	if err != nil {
 		return nil, err
 	}
-	return &runtimeapi.ContainerStatusResponse{Status: containerStatus(c.get())}, nil
+	return &runtimeapi.ContainerStatusResponse{Status: containerStatus(c.Get())}, nil
 }
 
 // ListContainers lists the containers the filter lets through.
@@ -22,7 +22,7 @@ func (s *Server) ListContainers(ctx context.Context, r *runtimeapi.ListContainer
 	f := r.GetFilter()
 	resp := &runtimeapi.ListContainersResponse{}
 	for _, c := range snapshot(&s.mu, s.containers) {
-		rec := c.get()
+		rec := c.Get()
 		state := containerStateOf(rec)
 		switch {
 		case f.GetId() != "" && !strings.HasPrefix(rec.ID, f.GetId()):

@@ -28,31 +28,30 @@ func (s *Server) StopContainer(ctx context.Context, r *runtimeapi.StopContainerR
 
 // stopContainer stops c with grace and waits until its VM is deleted.
 func (s *Server) stopContainer(ctx context.Context, c *container, grace time.Duration) error {
-	if err := c.begin("stop", nil); err != nil {
+	if err := c.Begin("stop", nil); err != nil {
 		return err
 	}
-	defer c.end()
-	rec := c.get()
-	switch {
-	case rec.State == containerExited:
+	defer c.End()
+	switch c.Get().State {
+	case containerExited:
 		return nil
-	case rec.State == containerCreated:
+	case containerCreated:
 		// Never started: the defined VM goes, and the container is over.
-		if c.vm != nil {
-			if err := c.vm.Delete(ctx); err != nil {
-				return err
-			}
+		if err := s.vms.Remove(ctx, c.id); err != nil && !errdefs.IsNotFound(err) {
+			return err
+		}
+		if c.log != nil {
 			c.log.Close()
 		}
-		return c.update(func(r *containerRecord) error {
+		return c.Update(func(r *containerRecord) error {
 			r.State, r.FinishedAt, r.Reason = containerExited, time.Now().UnixNano(), "NotStarted"
 			return nil
 		})
 	}
-	if c.vm == nil || c.exited == nil {
-		return errorf(errdefs.ErrInternal, "container %s runs, but this server holds no VM for it", rec.ID)
+	if c.exited == nil {
+		return errorf(errdefs.ErrInternal, "container %s runs, but this server waits for no VM of it", c.id)
 	}
-	if _, err := c.vm.Stop(ctx, grace); err != nil {
+	if err := s.vms.Stop(ctx, c.id, grace); err != nil && !errdefs.IsNotFound(err) {
 		return err
 	}
 	select {

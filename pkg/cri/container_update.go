@@ -8,7 +8,7 @@ import (
 )
 
 // UpdateContainerResources changes the running VM's CPU shares and quota
-// live (vm.Update). Guest memory and the vCPU count cannot change under a
+// live (vm.VM.Update). Guest memory and the vCPU count cannot change under a
 // running guest: asking for another memory limit, or a CPU limit above
 // the vCPUs, is refused with what to do instead (recreate the pod).
 func (s *Server) UpdateContainerResources(ctx context.Context, r *runtimeapi.UpdateContainerResourcesRequest) (*runtimeapi.UpdateContainerResourcesResponse, error) {
@@ -16,12 +16,7 @@ func (s *Server) UpdateContainerResources(ctx context.Context, r *runtimeapi.Upd
 	if err != nil {
 		return nil, err
 	}
-	v, _, release, err := c.use()
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	if err := v.Update(linuxResources(r.GetLinux())); err != nil {
+	if err := s.vms.Update(c.id, linuxResources(r.GetLinux())); err != nil {
 		return nil, err
 	}
 	return &runtimeapi.UpdateContainerResourcesResponse{}, nil

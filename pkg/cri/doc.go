@@ -6,29 +6,32 @@
 // container is a VM made, started, stopped and removed through pkg/vm,
 // whose serial console becomes the container's CRI log file.
 //
-// One process serves every pod of the node, so it opens one embedded
-// libvirt for the node (<state root>/libvirt) where the shim opens one per
-// pod; each pod keeps its own vm.Layout (<state root>/pods/<id>) and QEMU
-// uid (vm.LeaseJail). The VM's network attach and its start, which act
-// in the calling thread's network namespace, run on a thread locked in
-// the pod's namespace (inNetns).
+// One process serves every pod of the node. Its containers' VMs are the
+// node's VM service's (pkg/vmd, in this process), one per container
+// under the container's id: the one embedded libvirt of the node
+// (<state root>/libvirt), each pod's vm.Layout (<state root>/pods/<id>)
+// and QEMU uid, the VMs' checkpoints, their exits, the exec policy and
+// the takeover of running VMs after a restart are written there, once,
+// for both front doors. What is here is the CRI's: sandboxes (network
+// namespaces through CNI), names, labels, the CRI log, streaming, images.
 //
-// What the server holds is checkpointed, atomically, per sandbox and per
-// container under <state root>/cri, with what each VM holds (vm.Held) as
-// pkg/vm reports it and the VM's spec; a restarted server reads them back
-// and takes the running VMs over (recover.go, vm.Adopt).
+// What the server holds is checkpointed, atomically (internal/ckpt), per
+// sandbox and per container under <state root>/cri; a restarted server
+// reads them back, the VM service takes the running VMs over, and each
+// container follows its VM (recover.go).
 //
 // Errors are classified where they happen (containerd's errdefs) and
 // turned into gRPC status codes once, in the server's interceptor.
 //
-// It may import pkg/vm, pkg/vmspec, pkg/node, pkg/virt/libvirt (to open
-// the node's hypervisor), pkg/podcgroup (cgroup paths), pkg/jail (ranges),
-// internal/untar, k8s.io/cri-api, k8s.io/cri-streaming (the kubelet's
+// It may import pkg/vmd (the node's VMs), pkg/vm (its request and result
+// types), pkg/vmspec, pkg/node, pkg/podcgroup (cgroup paths), pkg/jail
+// (ranges), internal/ckpt, internal/nsthread, internal/untar, k8s.io/cri-api, k8s.io/cri-streaming (the kubelet's
 // streaming server) and k8s.io/utils/exec (its exit codes), containerd's
 // cgroups stats types, grpc, go-containerregistry, libcni,
 // containerd's errdefs and log, netlink/netns, the OCI runtime spec and
-// the standard library; never pkg/shim, pkg/podnet, pkg/convert or
-// pkg/host (the VM's making is pkg/vm's).
+// the standard library; never pkg/shim, pkg/podnet, pkg/convert,
+// pkg/host (the VM's making is pkg/vm's) or pkg/virt/libvirt (the VM
+// service opens it).
 //
 // # NOTES: done and to do
 //
@@ -65,18 +68,19 @@
 //     removing an absent sandbox or container is no error.
 //   - CreateContainer (the CRI config turned into the OCI spec containerd
 //     would write, then vmspec.FromOCI, so both front doors read a pod
-//     alike; vm.Create on a thread in the pod netns), StartContainer
-//     (vm.Start there too), StopContainer (ACPI, pressed again every 5 s
+//     alike; the VM service's Create, on a thread in the pod netns),
+//     StartContainer (its Start, there too), StopContainer (ACPI, pressed again every 5 s
 //     for a guest still booting, hard stop after the timeout),
 //     RemoveContainer, ContainerStatus, ListContainers,
 //     ReopenContainerLog; the CRI log file in the kubelet's format. A
 //     VM is deleted (vm.Delete) as soon as it stops: an exited container
 //     holds nothing but its record and log, and a restarted container
 //     gets a fresh overlay.
-//   - Checkpoints (atomic, versioned) per sandbox and container, the
-//     container's with its vmspec.Spec. A restarted server (killed or
+//   - Checkpoints (atomic, versioned) per sandbox and container, and the
+//     VM service's per VM, with its vmspec.Spec. A restarted server (killed or
 //     stopped; running VMs never depend on it) takes each running
-//     container's VM over with vm.Adopt, in the pod's netns: the same
+//     container's VM over (the VM service's Recover, vm.Adopt in the
+//     pod's netns): the same
 //     QEMU runs on, the console goes on into the same CRI log (appended:
 //     nothing earlier repeated or lost, but what the guest wrote while no
 //     server ran is), the DHCP server answers the guest again, and exec,
@@ -115,8 +119,8 @@
 //     the pod IP or to localhost, stays in that namespace and never
 //     reaches the guest.
 //   - What runs beside a VM's lifecycle (exec, attach, stats, update)
-//     takes the VM under a lock (container.use), not through the busy
-//     mark that Start/Stop/Remove hold; when the VM stops, its wait takes
+//     borrows the VM from the VM service (pkg/vmd), not through the
+//     busy mark that Start/Stop/Remove hold; when the VM stops, its wait takes
 //     it back, ends the execs still waiting on it, and waits for them
 //     before deleting the VM. Such an exec fails with FailedPrecondition,
 //     "the VM stopped while the command ran" (the agent's channel often

@@ -23,7 +23,7 @@ func (s *Server) RemoveImage(ctx context.Context, r *runtimeapi.RemoveImageReque
 	s.mu.Lock()
 	var user string
 	for _, c := range s.containers {
-		if rec := c.get(); rec.ImageID == img.ID {
+		if rec := c.Get(); rec.ImageID == img.ID {
 			user = rec.ID
 		}
 	}

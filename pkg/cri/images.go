@@ -22,6 +22,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"golang.org/x/sys/unix"
 
+	"github.com/vmpod/vmpod/internal/ckpt"
 	"github.com/vmpod/vmpod/internal/untar"
 )
 
@@ -74,7 +75,7 @@ func openImageStore(ctx context.Context, dir string, limits untar.Limits) (*imag
 				log.G(ctx).WithError(err).Warn("remove a torn unpack")
 			}
 		}
-		imgs, errs := readCheckpoints[image](filepath.Join(dir, a.Name()))
+		imgs, errs := ckpt.ReadAll[image](filepath.Join(dir, a.Name()), checkpointVersion)
 		for _, err := range errs {
 			log.G(ctx).WithError(err).Warn("skip an image record")
 		}
@@ -272,7 +273,7 @@ func (s *imageStore) save(img *image) error {
 	if err != nil {
 		return err
 	}
-	if err := writeAtomic(dir+".json", checkpoint[image]{Version: checkpointVersion, Record: *img}); err != nil {
+	if err := ckpt.Write(dir+".json", checkpointVersion, *img); err != nil {
 		return errorf(errdefs.ErrInternal, "image record %s: %v", img.ID, err)
 	}
 	return nil
@@ -302,7 +303,7 @@ func (s *imageStore) Remove(ctx context.Context, ref string) error {
 	if err != nil {
 		return err
 	}
-	if err := removeFile(dir + ".json"); err != nil {
+	if err := ckpt.RemoveFile(dir + ".json"); err != nil {
 		return errorf(errdefs.ErrInternal, "image %s: %v", img.ID, err)
 	}
 	if err := os.RemoveAll(dir); err != nil {

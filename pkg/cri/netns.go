@@ -7,10 +7,11 @@ import (
 	"path/filepath"
 	"runtime"
 
-	"github.com/containerd/errdefs"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/vmpod/vmpod/internal/ckpt"
 )
 
 // newNetns makes a network namespace and bind-mounts it at path (as `ip
@@ -70,42 +71,5 @@ func removeNetns(path string) error {
 	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("unmount network namespace %s: %w", path, err)
 	}
-	return removeFile(path)
-}
-
-// inNetns runs f on a thread locked in the network namespace at path:
-// what f does with tun devices, sysctls, netlink and the processes it
-// forks (QEMU, through libvirt) happens in the pod's namespace, while the
-// server's other threads stay in the node's. Threads f's callees start
-// from this one (libvirt's) inherit the namespace; Go starts its own
-// threads from a clean template thread.
-func inNetns(path string, f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- errorf(errdefs.ErrInternal, "this thread's network namespace: %v", err)
-			return
-		}
-		defer orig.Close()
-		target, err := netns.GetFromPath(path)
-		if err != nil {
-			errc <- errorf(errdefs.ErrFailedPrecondition, "the pod's network namespace %s: %v", path, err)
-			return
-		}
-		defer target.Close()
-		if err := netns.Set(target); err != nil {
-			errc <- errorf(errdefs.ErrInternal, "enter the pod's network namespace %s: %v", path, err)
-			return
-		}
-		ferr := f()
-		if err := netns.Set(orig); err != nil {
-			errc <- errors.Join(ferr, err) // the thread ends with the goroutine
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
+	return ckpt.RemoveFile(path)
 }

@@ -2,12 +2,12 @@ package cri
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/containerd/errdefs"
-	"github.com/vmpod/vmpod/pkg/jail"
+
+	"github.com/vmpod/vmpod/internal/ckpt"
 	"github.com/vmpod/vmpod/pkg/vm"
 )
 
@@ -50,11 +50,11 @@ type sandboxRecord struct {
 
 // sandbox is one pod, its record checkpointed.
 type sandbox struct {
-	*stored[sandboxRecord]
+	*ckpt.Store[sandboxRecord]
 }
 
 func newSandbox(c Config, rec sandboxRecord) *sandbox {
-	return &sandbox{newStored("sandbox "+rec.ID, c.sandboxPath(rec.ID), rec)}
+	return &sandbox{ckpt.New("sandbox "+rec.ID, c.sandboxPath(rec.ID), checkpointVersion, rec)}
 }
 
 // sandboxName is the name the kubelet reserves per sandbox, as containerd
@@ -63,45 +63,13 @@ func sandboxName(r sandboxRecord) string {
 	return strings.Join([]string{r.Name, r.Namespace, r.UID, fmt.Sprint(r.Attempt)}, "_")
 }
 
-// layout is where the pod's VM keeps its files.
-func (s *Server) layout(id string) vm.Layout { return vm.PodLayout(s.cfg.StateRoot, id) }
+// layout is where the pod's VM keeps its files (the VM service's), with
+// the pod's resolv.conf.
+func (s *Server) layout(id string) vm.Layout { return s.vms.Layout(id) }
 
 // resolvConf is the pod's resolv.conf, which the guest's DHCP answer is
 // made from.
 func (s *Server) resolvConf(id string) string { return filepath.Join(s.layout(id).Dir, "resolv.conf") }
-
-// jail leases the pod's QEMU uid (again: a lease is per pod dir) with the
-// node's libvirt root, whose secret dir QEMU is shown.
-func (s *Server) jail(id string) (vm.Jail, error) {
-	j, err := vm.LeaseJail(s.cfg.StateRoot, s.cfg.UIDs, s.layout(id), s.cfg.DiskCap)
-	if err != nil {
-		return vm.Jail{}, err
-	}
-	j.LibvirtRoot = s.cfg.libvirtRoot()
-	return j, nil
-}
-
-// linkJailer links the jailer under the state root before libvirt opens,
-// so libvirt probes the emulator the domains name.
-func linkJailer(stateRoot string) (string, error) {
-	link, err := jail.LinkEmulator(filepath.Dir(vm.JailerLink(stateRoot)))
-	if err != nil {
-		return "", errorf(errdefs.ErrInternal, "QEMU's jailer: %v", err)
-	}
-	return link, nil
-}
-
-// removePodDir deletes the pod's dir and gives back its QEMU uid.
-func (s *Server) removePodDir(id string) error {
-	l := s.layout(id)
-	if err := os.RemoveAll(l.Dir); err != nil {
-		return errorf(errdefs.ErrInternal, "pod dir: %v", err)
-	}
-	if err := vm.ReleaseJail(s.cfg.StateRoot, l); err != nil {
-		return errorf(errdefs.ErrInternal, "QEMU's uid lease: %v", err)
-	}
-	return nil
-}
 
 // sandbox finds a sandbox by id or unique id prefix.
 func (s *Server) sandbox(id string) (*sandbox, error) {

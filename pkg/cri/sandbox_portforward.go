@@ -19,7 +19,7 @@ func (s *Server) PortForward(ctx context.Context, r *runtimeapi.PortForwardReque
 	if err != nil {
 		return nil, err
 	}
-	if _, err := podIP(sb.get()); err != nil {
+	if _, err := podIP(sb.Get()); err != nil {
 		return nil, err
 	}
 	for _, p := range r.GetPort() {
@@ -31,7 +31,7 @@ func (s *Server) PortForward(ctx context.Context, r *runtimeapi.PortForwardReque
 	if err != nil {
 		return nil, err
 	}
-	r.PodSandboxId = sb.get().ID
+	r.PodSandboxId = sb.Get().ID
 	return st.GetPortForward(r)
 }
 
@@ -48,7 +48,7 @@ func (rt streamRuntime) PortForward(ctx context.Context, sandboxID string, port 
 	if err != nil {
 		return err
 	}
-	ip, err := podIP(sb.get())
+	ip, err := podIP(sb.Get())
 	if err != nil {
 		return err
 	}

@@ -19,14 +19,14 @@ func (s *Server) RemovePodSandbox(ctx context.Context, r *runtimeapi.RemovePodSa
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.get().ID}); err != nil {
+	if _, err := s.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.Get().ID}); err != nil {
 		return nil, err
 	}
-	if err := sb.begin("remove", nil); err != nil {
+	if err := sb.Begin("remove", nil); err != nil {
 		return nil, err
 	}
-	defer sb.end()
-	rec := sb.get()
+	defer sb.End()
+	rec := sb.Get()
 	var errs []error
 	for _, c := range s.containersOf(rec.ID) {
 		errs = append(errs, s.removeContainer(ctx, c))
@@ -37,10 +37,10 @@ func (s *Server) RemovePodSandbox(ctx context.Context, r *runtimeapi.RemovePodSa
 	if err := s.removeDefaultPodCgroup(rec); err != nil {
 		return nil, err
 	}
-	if err := s.removePodDir(rec.ID); err != nil {
+	if err := s.vms.ReleasePod(rec.ID); err != nil {
 		return nil, err
 	}
-	if err := sb.remove(); err != nil {
+	if err := sb.Remove(); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()

@@ -46,7 +46,7 @@ func (s *Server) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandboxR
 	sb := newSandbox(s.cfg, rec)
 	// The record first: whatever follows is named in it for the undo.
 	rec.Netns = filepath.Join(s.cfg.NetnsDir, id[:podDirIDLen])
-	if err := sb.update(func(r *sandboxRecord) error { *r = rec; return nil }); err != nil {
+	if err := sb.Update(func(r *sandboxRecord) error { *r = rec; return nil }); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -54,7 +54,7 @@ func (s *Server) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandboxR
 			if err := s.teardownSandbox(context.WithoutCancel(ctx), sb); err != nil {
 				log.G(ctx).WithError(err).Warnf("undo sandbox %s", id)
 			} else {
-				sb.remove()
+				sb.Remove()
 			}
 		}
 	}()
@@ -71,7 +71,7 @@ func (s *Server) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandboxR
 	if err != nil {
 		return nil, err
 	}
-	if err := sb.update(func(r *sandboxRecord) error { r.IPs, r.State = ips, sandboxReady; return nil }); err != nil {
+	if err := sb.Update(func(r *sandboxRecord) error { r.IPs, r.State = ips, sandboxReady; return nil }); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()

@@ -9,6 +9,8 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/vishvananda/netlink"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/vmpod/vmpod/internal/nsthread"
 )
 
 // PodSandboxStats is the pod's usage: its VM's CPU and memory (the VM is
@@ -32,7 +34,7 @@ func (s *Server) ListPodSandboxStats(ctx context.Context, r *runtimeapi.ListPodS
 	f := r.GetFilter()
 	resp := &runtimeapi.ListPodSandboxStatsResponse{}
 	for _, sb := range snapshot(&s.mu, s.sandboxes) {
-		rec := sb.get()
+		rec := sb.Get()
 		switch {
 		case f.GetId() != "" && !strings.HasPrefix(rec.ID, f.GetId()):
 			continue
@@ -50,10 +52,10 @@ func (s *Server) ListPodSandboxStats(ctx context.Context, r *runtimeapi.ListPodS
 }
 
 func (s *Server) sandboxStats(sb *sandbox) (*runtimeapi.PodSandboxStats, error) {
-	rec := sb.get()
+	rec := sb.Get()
 	linux := &runtimeapi.LinuxPodSandboxStats{}
 	for _, c := range s.containersOf(rec.ID) {
-		st, err := containerStats(c)
+		st, err := s.containerStats(c)
 		if err != nil {
 			return nil, err
 		}
@@ -79,7 +81,7 @@ func (s *Server) sandboxStats(sb *sandbox) (*runtimeapi.PodSandboxStats, error) 
 // namespace.
 func podNetworkUsage(netnsPath string) (*runtimeapi.NetworkUsage, error) {
 	var nu *runtimeapi.NetworkUsage
-	err := inNetns(netnsPath, func() error {
+	err := nsthread.InNetns(netnsPath, func() error {
 		l, err := netlink.LinkByName(podInterface)
 		if err != nil {
 			return errorf(errdefs.ErrInternal, "the pod interface %s: %v", podInterface, err)

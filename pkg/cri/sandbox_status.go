@@ -17,7 +17,7 @@ func (s *Server) PodSandboxStatus(ctx context.Context, r *runtimeapi.PodSandboxS
 	if err != nil {
 		return nil, err
 	}
-	rec := sb.get()
+	rec := sb.Get()
 	st := &runtimeapi.PodSandboxStatus{
 		Id:        rec.ID,
 		Metadata:  sandboxMetadata(rec),
@@ -37,7 +37,7 @@ func (s *Server) PodSandboxStatus(ctx context.Context, r *runtimeapi.PodSandboxS
 	}
 	resp := &runtimeapi.PodSandboxStatusResponse{Status: st}
 	for _, c := range s.containersOf(rec.ID) {
-		resp.ContainersStatuses = append(resp.ContainersStatuses, containerStatus(c.get()))
+		resp.ContainersStatuses = append(resp.ContainersStatuses, containerStatus(c.Get()))
 	}
 	return resp, nil
 }
@@ -47,7 +47,7 @@ func (s *Server) ListPodSandbox(ctx context.Context, r *runtimeapi.ListPodSandbo
 	f := r.GetFilter()
 	resp := &runtimeapi.ListPodSandboxResponse{}
 	for _, sb := range snapshot(&s.mu, s.sandboxes) {
-		rec := sb.get()
+		rec := sb.Get()
 		state := sandboxStateOf(rec)
 		switch {
 		case f.GetId() != "" && !strings.HasPrefix(rec.ID, f.GetId()):

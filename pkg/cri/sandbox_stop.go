@@ -21,11 +21,11 @@ func (s *Server) StopPodSandbox(ctx context.Context, r *runtimeapi.StopPodSandbo
 	if err != nil {
 		return nil, err
 	}
-	if err := sb.begin("stop", nil); err != nil {
+	if err := sb.Begin("stop", nil); err != nil {
 		return nil, err
 	}
-	defer sb.end()
-	id := sb.get().ID
+	defer sb.End()
+	id := sb.Get().ID
 	var errs []error
 	for _, c := range s.containersOf(id) {
 		errs = append(errs, s.stopContainer(ctx, c, 0))
@@ -43,7 +43,7 @@ func (s *Server) StopPodSandbox(ctx context.Context, r *runtimeapi.StopPodSandbo
 // namespace, then records it not ready, for StopPodSandbox and the undo of
 // a failed RunPodSandbox. Safe to repeat.
 func (s *Server) teardownSandbox(ctx context.Context, sb *sandbox) error {
-	rec := sb.get()
+	rec := sb.Get()
 	if rec.Netns == "" {
 		return nil
 	}
@@ -54,7 +54,7 @@ func (s *Server) teardownSandbox(ctx context.Context, sb *sandbox) error {
 	if err := removeNetns(rec.Netns); err != nil {
 		return err
 	}
-	return sb.update(func(r *sandboxRecord) error {
+	return sb.Update(func(r *sandboxRecord) error {
 		r.Netns, r.IPs, r.State = "", nil, sandboxNotReady
 		return nil
 	})

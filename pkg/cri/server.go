@@ -16,10 +16,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/cri-streaming/pkg/streaming"
 
-	"github.com/vmpod/vmpod/pkg/node"
-	"github.com/vmpod/vmpod/pkg/node/embedded"
-	"github.com/vmpod/vmpod/pkg/virt/libvirt"
-	"github.com/vmpod/vmpod/pkg/vm"
+	"github.com/vmpod/vmpod/internal/ckpt"
+	"github.com/vmpod/vmpod/pkg/vmd"
 )
 
 // Server is the CRI runtime and image services of one node.
@@ -43,9 +41,8 @@ type Server struct {
 	imageMu    sync.Mutex
 	imageHolds map[string]int
 
-	hvMu sync.Mutex
-	conn *libvirt.Conn
-	env  vm.Env // Runtime and Host (each pod has its Jail)
+	// vms is the node's VMs: a container's VM is the one of its id.
+	vms *vmd.Service
 }
 
 var (
@@ -54,8 +51,8 @@ var (
 )
 
 // New opens the server's state under cfg.StateRoot and recovers what an
-// earlier server left (recover.go). It opens libvirt only if a checkpoint
-// names a domain; otherwise at the first VM.
+// earlier server left (recover.go). The node's VM service opens libvirt
+// only if a checkpoint names a domain; otherwise at the first VM.
 func New(ctx context.Context, cfg Config) (*Server, error) {
 	cfg = cfg.WithDefaults()
 	if p := cfg.DefaultCgroupParent; !path.IsAbs(p) || path.Clean(p) != p || p == "/" {
@@ -70,7 +67,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, images: images, net: newCNINetwork(cfg),
+	vms, err := vmd.New(vmd.Config{StateRoot: cfg.StateRoot, CapsCache: cfg.CapsCache, KVMCache: cfg.KVMCache,
+		UIDs: cfg.UIDs, DiskCap: cfg.DiskCap})
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, images: images, net: newCNINetwork(cfg), vms: vms,
 		sandboxes: map[string]*sandbox{}, containers: map[string]*container{}, names: map[string]string{},
 		imageHolds: map[string]int{}}
 	s.recover(ctx)
@@ -95,7 +97,7 @@ func (s *Server) Serve(ctx context.Context, addr string) error {
 	if err := os.MkdirAll(filepath.Dir(sock), 0o755); err != nil {
 		return err
 	}
-	if err := removeFile(sock); err != nil {
+	if err := ckpt.RemoveFile(sock); err != nil {
 		return err
 	}
 	stopStreaming, err := s.startStreaming(ctx)
@@ -122,41 +124,4 @@ func (s *Server) Serve(ctx context.Context, addr string) error {
 }
 
 // Close closes the node's libvirt; QEMUs keep running.
-func (s *Server) Close() error {
-	s.hvMu.Lock()
-	defer s.hvMu.Unlock()
-	if s.conn == nil {
-		return nil
-	}
-	err := s.conn.Close()
-	s.conn = nil
-	return err
-}
-
-// hypervisor opens the node's embedded libvirt once (one root per
-// process: <state root>/libvirt) and what it runs on. Call it on a thread
-// in the server's own network namespace: libvirt's threads start here.
-func (s *Server) hypervisor(ctx context.Context) (vm.Env, error) {
-	s.hvMu.Lock()
-	defer s.hvMu.Unlock()
-	if s.conn != nil {
-		return s.env, nil
-	}
-	jailer, err := linkJailer(s.cfg.StateRoot)
-	if err != nil {
-		return vm.Env{}, err
-	}
-	o := node.Options{CapsCache: s.cfg.CapsCache, KVMCache: s.cfg.KVMCache, Pod: true, Jailer: jailer}
-	conn, err := embedded.Open(ctx, s.cfg.libvirtRoot(), o)
-	if err != nil {
-		return vm.Env{}, err
-	}
-	h, err := node.HostOf(ctx, conn, o)
-	if err != nil {
-		conn.Close()
-		return vm.Env{}, err
-	}
-	s.conn = conn
-	s.env = vm.Env{Runtime: vm.NewRuntime(conn), Host: h}
-	return s.env, nil
-}
+func (s *Server) Close() error { return s.vms.Close() }

@@ -110,14 +110,8 @@ func (s *cpuSampler) next(u usage) usage {
 
 // vmUsage samples the cgroup of c's VM; FailedPrecondition when it does
 // not run.
-func (c *container) vmUsage() (*runtimeapi.CpuUsage, *runtimeapi.MemoryUsage, error) {
-	v, _, release, err := c.use()
-	if err != nil {
-		return nil, nil, err
-	}
-	m, err := v.Stats()
-	at := time.Now()
-	release()
+func (s *Server) vmUsage(c *container) (*runtimeapi.CpuUsage, *runtimeapi.MemoryUsage, error) {
+	m, at, err := s.vms.Stats(c.id)
 	if err != nil {
 		return nil, nil, fmt.Errorf("container %s: %w", c.id, err)
 	}

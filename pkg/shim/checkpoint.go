@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/vmpod/vmpod/internal/ckpt"
 	"github.com/vmpod/vmpod/pkg/vm"
 )
 
@@ -31,39 +32,11 @@ func checkpointPath(podDir, id string) string {
 	return filepath.Join(podDir, "tasks", id+".json")
 }
 
-// save writes the checkpoint atomically: a temp file, fsync, rename, so a
-// reader sees the old one or the new one, never a torn one.
-func (c checkpoint) save() (retErr error) {
+// save writes the checkpoint atomically (internal/ckpt), so a reader sees
+// the old one or the new one, never a torn one.
+func (c checkpoint) save() error {
 	c.Version = checkpointVersion
-	path := checkpointPath(c.PodDir, c.ID)
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	data, err := json.Marshal(c)
-	if err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if retErr != nil {
-			os.Remove(f.Name())
-		}
-	}()
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
+	return ckpt.WriteAtomic(checkpointPath(c.PodDir, c.ID), c)
 }
 
 func loadCheckpoint(podDir, id string) (checkpoint, error) {

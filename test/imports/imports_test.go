@@ -100,18 +100,21 @@ func TestOneCgoPackage(t *testing.T) {
 	}
 }
 
-// TestFrontDoorsAreThin: a VM's making and undoing is pkg/vm's. The shim
-// and the CRI server translate their requests into pkg/vm's and import
-// none of the packages
-// that make a VM's parts (the pod network, the domain XML, QEMU's jail
-// spec is set up through vm.LeaseJail); pkg/vm opens no libvirt itself
-// (the front door's Opener does) and imports no front door.
+// TestFrontDoorsAreThin: a VM's making and undoing is pkg/vm's, the
+// node's VMs (their table, checkpoints, exits, exec policy, recovery and
+// hypervisor) pkg/vmd's. The shim and the CRI server translate their
+// requests and import none of the packages that make a VM's parts (the
+// pod network, the domain XML, QEMU's jail spec is set up through
+// vm.LeaseJail); the CRI server reaches libvirt only through pkg/vmd;
+// pkg/vm opens no libvirt itself (the front door's Opener does) and
+// imports no front door, nor does pkg/vmd.
 func TestFrontDoorsAreThin(t *testing.T) {
 	pkgs := listPackages(t)
 	rules := map[string][]string{
 		module + "/pkg/shim": {module + "/pkg/podnet", module + "/pkg/convert", module + "/pkg/host", module + "/pkg/virt/libvirt", module + "/pkg/node/embedded"},
 		module + "/pkg/vm":   {module + "/pkg/shim", module + "/pkg/cri", module + "/pkg/node", module + "/pkg/virt/libvirt", "libvirt.org/go/libvirt"},
-		module + "/pkg/cri":  {module + "/pkg/shim", module + "/pkg/podnet", module + "/pkg/convert", module + "/pkg/host"},
+		module + "/pkg/cri":  {module + "/pkg/shim", module + "/pkg/podnet", module + "/pkg/convert", module + "/pkg/host", module + "/pkg/virt/libvirt", module + "/pkg/node/embedded"},
+		module + "/pkg/vmd":  {module + "/pkg/shim", module + "/pkg/cri", module + "/pkg/podnet", module + "/pkg/convert", module + "/pkg/host"},
 	}
 	for path, forbidden := range rules {
 		p, ok := pkgs[path]

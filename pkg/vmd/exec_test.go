@@ -1,10 +1,12 @@
-package cri
+package vmd
 
 import (
 	"context"
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/vmpod/vmpod/pkg/vm"
 )
 
 // TestWaitAgent: an exec soon after the VM's start waits for the guest
@@ -62,3 +64,5 @@ func TestWaitAgent(t *testing.T) {
 		t.Errorf("grace ending in 0.5 s: waited %v", d)
 	}
 }
+
+func vmExec(args ...string) vm.ExecRequest { return vm.ExecRequest{Args: args} }

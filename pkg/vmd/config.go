@@ -1,0 +1,50 @@
+package vmd
+
+import (
+	"path/filepath"
+
+	"github.com/vmpod/vmpod/pkg/jail"
+	"github.com/vmpod/vmpod/pkg/node"
+)
+
+// Config is where the node's VMs keep their state and what bounds them.
+type Config struct {
+	// StateRoot holds the node's libvirt root, the pods' dirs (each
+	// pod's VM files: its disk overlay among them), QEMU's uid leases
+	// and the VMs' checkpoints.
+	StateRoot string
+	// CapsCache and KVMCache are the node-wide caches every vmpod process
+	// shares (node.Options).
+	CapsCache, KVMCache string
+	// UIDs are the uids QEMU processes run as, one per pod.
+	UIDs jail.Range
+	// DiskCap is the most a VM's disk overlay may grow to.
+	DiskCap uint64
+}
+
+// DefaultDiskCap is the default Config.DiskCap: 20 GiB.
+const DefaultDiskCap = 20 << 30
+
+// WithDefaults fills what c leaves empty with the node's usual places.
+func (c Config) WithDefaults() Config {
+	if c.StateRoot == "" {
+		c.StateRoot = "/var/lib/vmpod"
+	}
+	if c.CapsCache == "" {
+		c.CapsCache = "/var/cache/vmpod/qemu-capabilities"
+	}
+	if c.KVMCache == "" {
+		c.KVMCache = node.DefaultKVMCache
+	}
+	if c.UIDs.Count == 0 {
+		c.UIDs = jail.DefaultRange
+	}
+	if c.DiskCap == 0 {
+		c.DiskCap = DefaultDiskCap
+	}
+	return c
+}
+
+func (c Config) libvirtRoot() string         { return filepath.Join(c.StateRoot, "libvirt") }
+func (c Config) checkpointDir() string       { return filepath.Join(c.StateRoot, "vms") }
+func (c Config) checkpoint(id string) string { return filepath.Join(c.checkpointDir(), id+".json") }

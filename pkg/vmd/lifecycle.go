@@ -1,0 +1,419 @@
+package vmd
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/containerd/containerd/v2/core/mount"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/vmpod/vmpod/internal/nsthread"
+	"github.com/vmpod/vmpod/pkg/podcgroup"
+	"github.com/vmpod/vmpod/pkg/vm"
+	"github.com/vmpod/vmpod/pkg/vmspec"
+)
+
+// CreateRequest is one VM a front door asks for: vm.Request less what
+// the node decides (the pod's layout, QEMU's jail, the hypervisor).
+type CreateRequest struct {
+	// ID names the VM on the node (the container's id); PodID its pod,
+	// whose dir and QEMU uid it uses.
+	ID, PodID string
+	Spec      vmspec.Spec
+	// Rootfs is the containerdisk's root on the host; RootfsMounts, if
+	// any, are mounted on it first (vm.Request).
+	Rootfs       string
+	RootfsMounts []mount.Mount
+	// Network is the pod network the VM takes over; its namespace is
+	// where the VM is attached and started.
+	Network      vm.Network
+	BlockDevices []vm.BlockDevice
+	CloudInitDir string
+	InstanceID   string
+	Cgroup       podcgroup.Path
+	CPU          *specs.LinuxCPU
+	OOMScoreAdj  *int
+	// Console receives the serial console from its first byte (nil: the
+	// console log only).
+	Console io.Writer
+}
+
+// Create makes the VM up to a defined, not yet started domain (vm.Create),
+// in the pod's network namespace. A VM of that id already on the node is
+// AlreadyExists. On error nothing of it is left, record included.
+func (s *Service) Create(ctx context.Context, req CreateRequest) (retErr error) {
+	if req.ID == "" || req.PodID == "" {
+		return errorf(errdefs.ErrInvalidArgument, "create a VM: id %q and pod %q must both be set", req.ID, req.PodID)
+	}
+	in := newInstance(s.cfg, Record{ID: req.ID, PodID: req.PodID, Spec: req.Spec, Netns: req.Network.Netns,
+		ResolvConf: req.Network.ResolvConf, Hostname: req.Network.Hostname, State: Created, CreatedAt: time.Now().UnixNano()})
+	if err := in.Begin("create", nil); err != nil {
+		return err
+	}
+	defer in.End()
+	s.mu.Lock()
+	if _, dup := s.vms[req.ID]; dup {
+		s.mu.Unlock()
+		return errorf(errdefs.ErrAlreadyExists, "VM %s", req.ID)
+	}
+	s.vms[req.ID] = in
+	s.mu.Unlock()
+	defer func() {
+		if retErr != nil {
+			s.forget(in)
+		}
+	}()
+	if err := in.Update(func(*Record) error { return nil }); err != nil {
+		return err
+	}
+	defer func() {
+		if retErr != nil {
+			if err := in.Remove(); err != nil {
+				log.G(ctx).WithError(err).Warnf("VM %s: remove the checkpoint of a failed create", req.ID)
+			}
+		}
+	}()
+
+	// libvirt opens here, in this process's namespace, not the pod's.
+	env, err := s.hypervisor(ctx)
+	if err != nil {
+		return err
+	}
+	j, err := s.jail(req.PodID)
+	if err != nil {
+		return err
+	}
+	vreq := vm.Request{
+		Spec: req.Spec, Layout: s.Layout(req.PodID), Jail: j,
+		Rootfs: req.Rootfs, RootfsMounts: req.RootfsMounts, Network: req.Network,
+		BlockDevices: req.BlockDevices, CloudInitDir: req.CloudInitDir, InstanceID: req.InstanceID,
+		Cgroup: req.Cgroup, CPU: req.CPU, OOMScoreAdj: req.OOMScoreAdj,
+		ConsoleOut: req.Console, Record: in.record,
+	}
+	return inPodNetns(req.Network.Netns, func() error {
+		var err error
+		in.vm, err = vm.Create(ctx, vreq, opener(env))
+		return err
+	})
+}
+
+// inPodNetns runs f in the pod's network namespace, or here for a VM
+// without one.
+func inPodNetns(netns string, f func() error) error {
+	if netns == "" {
+		return f()
+	}
+	return nsthread.InNetns(netns, f)
+}
+
+// forget drops in from the node's table.
+func (s *Service) forget(in *instance) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.vms[in.id] == in {
+		delete(s.vms, in.id)
+	}
+}
+
+// Start boots a created VM, in the pod's network namespace, and returns
+// QEMU's pid. From then on the VM's stop is waited for: its console
+// drained, the VM deleted, its exit recorded (Wait).
+func (s *Service) Start(ctx context.Context, id string) (int, error) {
+	in, err := s.get(id)
+	if err != nil {
+		return 0, err
+	}
+	if err := in.Begin("start", func(r Record) error {
+		if r.State != Created || in.vm == nil {
+			return errorf(errdefs.ErrFailedPrecondition, "VM %s is %s, not created", r.ID, r.State)
+		}
+		return nil
+	}); err != nil {
+		return 0, err
+	}
+	defer in.End()
+	var pid int
+	if err := inPodNetns(in.Get().Netns, func() error {
+		var err error
+		pid, err = in.vm.Start(ctx)
+		return err
+	}); err != nil {
+		return 0, err
+	}
+	s.running(ctx, in)
+	log.G(ctx).WithField("phases", in.vm.Phases().String()).Infof("VM %s started", id)
+	return pid, nil
+}
+
+// running lends the started (or adopted) VM out and waits for its stop.
+func (s *Service) running(ctx context.Context, in *instance) {
+	in.live.start(in.vm)
+	if err := in.Update(func(r *Record) error {
+		if r.State != Running {
+			r.State, r.StartedAt = Running, time.Now().UnixNano()
+		}
+		return nil
+	}); err != nil {
+		log.G(ctx).WithError(err).Warnf("VM %s runs, but its checkpoint says not", in.id)
+	}
+	go s.wait(in)
+}
+
+// consoleDrain bounds the wait for the guest's last console lines after
+// its VM stopped.
+const consoleDrain = 2 * time.Second
+
+// wait turns the VM's end into its exit: the last console lines out, what
+// still uses the VM ended, the VM deleted with all it holds, the exit
+// recorded.
+func (s *Service) wait(in *instance) {
+	ctx := context.Background()
+	v := in.vm
+	exit, err := v.Wait(ctx)
+	if err != nil {
+		log.G(ctx).WithError(err).Errorf("VM %s: wait", in.id)
+	}
+	select {
+	case <-v.ConsoleDone():
+	case <-time.After(consoleDrain):
+	}
+	// Exec, the console and stats give the VM back before it goes.
+	in.live.stop()
+	if err := v.Delete(ctx); err != nil {
+		log.G(ctx).WithError(err).Errorf("VM %s: delete the stopped VM (its checkpoint keeps what is left)", in.id)
+	}
+	s.stopped(ctx, in, exitOf(exit))
+	log.G(ctx).Infof("VM %s exited: %d %s: %s", in.id, exit.Status, exit.Reason, exit.Message)
+}
+
+// stopped records the exit and tells Wait.
+func (s *Service) stopped(ctx context.Context, in *instance, exit Exit) {
+	if err := in.Update(func(r *Record) error {
+		r.State, r.FinishedAt, r.Exit = Stopped, time.Now().UnixNano(), exit
+		return nil
+	}); err != nil {
+		log.G(ctx).WithError(err).Errorf("VM %s: record its exit", in.id)
+	}
+	select {
+	case <-in.stopped:
+	default:
+		close(in.stopped)
+	}
+}
+
+// Wait returns the VM's exit once it stopped and holds nothing, or ctx's
+// error. A created VM is waited for until it is started and stops, or is
+// stopped without starting.
+func (s *Service) Wait(ctx context.Context, id string) (Exit, error) {
+	in, err := s.get(id)
+	if err != nil {
+		return Exit{}, err
+	}
+	select {
+	case <-in.stopped:
+		return in.Get().Exit, nil
+	case <-ctx.Done():
+		return Exit{}, ctx.Err()
+	}
+}
+
+// Stop presses the VM's ACPI power button, presses it again while the
+// guest boots, stops it hard once grace has passed, and returns when the
+// VM stopped and holds nothing. A created VM is deleted and stopped with
+// Reason NotStarted; a stopped one is no error.
+func (s *Service) Stop(ctx context.Context, id string, grace time.Duration) error {
+	in, err := s.get(id)
+	if err != nil {
+		return err
+	}
+	if err := in.Begin("stop", nil); err != nil {
+		return err
+	}
+	defer in.End()
+	switch in.Get().State {
+	case Stopped:
+		return nil
+	case Created:
+		return s.stopCreated(ctx, in, Exit{Reason: "NotStarted"})
+	}
+	if in.vm == nil {
+		return errorf(errdefs.ErrInternal, "VM %s runs, but this process holds no VM for it", id)
+	}
+	if _, err := in.vm.Stop(ctx, grace); err != nil {
+		return err
+	}
+	select {
+	case <-in.stopped:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// stopCreated deletes a VM that never started and records exit.
+func (s *Service) stopCreated(ctx context.Context, in *instance, exit Exit) error {
+	if in.vm != nil {
+		if err := in.vm.Delete(ctx); err != nil {
+			return err
+		}
+	}
+	s.stopped(ctx, in, exit)
+	return nil
+}
+
+// shutdownPressFor bounds how long a Shutdown's power button is pressed
+// again: past the grace period a kubelet gives by default (30 s) and any
+// guest's boot, after which one press is heard.
+const shutdownPressFor = 10 * time.Minute
+
+// Shutdown presses the VM's ACPI power button and returns; the button is
+// pressed again in the background until the VM stops (for at most
+// shutdownPressFor), as a guest still booting loses a press. The caller
+// owns the grace period: it calls Kill when it ends (containerd's SIGTERM,
+// then SIGKILL). One pressing loop per VM, however many calls come.
+func (s *Service) Shutdown(ctx context.Context, id string) error {
+	in, err := s.get(id)
+	if err != nil {
+		return err
+	}
+	v, _, release, err := in.use()
+	if err != nil {
+		return err
+	}
+	defer release()
+	if err := v.Shutdown(ctx); err != nil {
+		return err
+	}
+	if !in.pressing.CompareAndSwap(false, true) {
+		return nil
+	}
+	go func() {
+		defer in.pressing.Store(false)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownPressFor)
+		defer cancel()
+		if _, err := v.PressUntilStopped(ctx); err != nil && ctx.Err() == nil {
+			log.G(ctx).WithError(err).Warnf("VM %s: pressing the power button again", id)
+		}
+	}()
+	return nil
+}
+
+// Kill stops the VM hard and returns; Wait reports the exit. A created
+// VM is deleted and stopped with exit, at once; a stopped one is no
+// error.
+func (s *Service) Kill(ctx context.Context, id string, exit Exit) error {
+	in, err := s.get(id)
+	if err != nil {
+		return err
+	}
+	if v, _, release, err := in.use(); err == nil {
+		defer release()
+		return v.Kill(ctx)
+	}
+	if err := in.Begin("kill", nil); err != nil {
+		return err
+	}
+	defer in.End()
+	switch in.Get().State {
+	case Created:
+		return s.stopCreated(ctx, in, exit)
+	case Stopped:
+		return nil
+	}
+	// It started meanwhile: kill it as above.
+	v, _, release, err := in.use()
+	if err != nil {
+		return nil // and stopped
+	}
+	defer release()
+	return v.Kill(ctx)
+}
+
+// Remove stops the VM hard if it runs and forgets it, checkpoint and
+// all. NotFound if the node has no VM of that id.
+func (s *Service) Remove(ctx context.Context, id string) error {
+	if err := s.Stop(ctx, id, 0); err != nil {
+		return err
+	}
+	in, err := s.get(id)
+	if err != nil {
+		return err
+	}
+	if err := in.Begin("remove", nil); err != nil {
+		return err
+	}
+	// Not ended: a removed VM stays busy for whoever still holds it.
+	if r := in.Get(); !r.Held.Empty() {
+		in.End()
+		return errorf(errdefs.ErrFailedPrecondition, "VM %s: it still holds %+v", r.ID, r.Held)
+	}
+	if err := in.Remove(); err != nil {
+		in.End()
+		return err
+	}
+	s.forget(in)
+	return nil
+}
+
+// Pause stops the guest's vCPUs; Resume lets them run again.
+func (s *Service) Pause(ctx context.Context, id string) error {
+	return s.withVM(id, func(v *vm.VM) error { return v.Suspend(ctx) })
+}
+
+// Resume lets a paused guest run again.
+func (s *Service) Resume(ctx context.Context, id string) error {
+	return s.withVM(id, func(v *vm.VM) error { return v.Resume(ctx) })
+}
+
+// Update applies new resources to the running VM (vm.VM.Update).
+func (s *Service) Update(id string, r *specs.LinuxResources) error {
+	return s.withVM(id, func(v *vm.VM) error { return v.Update(r) })
+}
+
+// Stats are the running VM's cgroup metrics (vm.VM.Stats) and when they
+// were read.
+func (s *Service) Stats(id string) (any, time.Time, error) {
+	var m any
+	var at time.Time
+	err := s.withVM(id, func(v *vm.VM) error {
+		var err error
+		m, err = v.Stats()
+		at = time.Now()
+		return err
+	})
+	if err != nil {
+		return nil, at, fmt.Errorf("VM %s: %w", id, err)
+	}
+	return m, at, nil
+}
+
+// ConsoleInput is where to write to the running VM's serial console;
+// FailedPrecondition without one.
+func (s *Service) ConsoleInput(id string) (io.Writer, error) {
+	var w io.Writer
+	err := s.withVM(id, func(v *vm.VM) error {
+		if w = v.ConsoleInput(); w == nil {
+			return errorf(errdefs.ErrFailedPrecondition, "VM %s has no serial console", id)
+		}
+		return nil
+	})
+	return w, err
+}
+
+// withVM runs f with the running VM, which stays lent out until f returns.
+func (s *Service) withVM(id string, f func(*vm.VM) error) error {
+	in, err := s.get(id)
+	if err != nil {
+		return err
+	}
+	v, _, release, err := in.use()
+	if err != nil {
+		return err
+	}
+	defer release()
+	return f(v)
+}

@@ -1,0 +1,116 @@
+package vmd
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/vmpod/vmpod/internal/ckpt"
+)
+
+// TestRecover: a VM that was created but never started is recorded
+// stopped with RuntimeRestarted (it held nothing yet, so no hypervisor is
+// opened for it); a stopped one keeps its exit; a bad checkpoint is
+// skipped; Wait answers at once for each, and Remove forgets them,
+// checkpoint and all.
+func TestRecover(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	cfg := Config{StateRoot: root}.WithDefaults()
+	created := Record{ID: "created", PodID: "p1", State: Created, CreatedAt: 1}
+	stopped := Record{ID: "stopped", PodID: "p2", State: Stopped, CreatedAt: 1, StartedAt: 2, FinishedAt: 3,
+		Exit: Exit{Status: 0, Reason: "Completed", Message: "the guest powered off"}}
+	for _, r := range []Record{created, stopped} {
+		if err := ckpt.Write(cfg.checkpoint(r.ID), checkpointVersion, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(cfg.checkpointDir(), "torn.json"), []byte(`{"version":1,"rec`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Recover(ctx, nil)
+	if s.conn != nil {
+		t.Error("Recover opened libvirt for VMs that held no domain")
+	}
+	if got := len(s.List()); got != 2 {
+		t.Fatalf("after Recover: %d VMs, want 2: %+v", got, s.List())
+	}
+
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	exit, err := s.Wait(wctx, "created")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exit.Status != 137 || exit.Reason != "RuntimeRestarted" {
+		t.Errorf("a created VM after a restart: exit %+v, want 137 RuntimeRestarted", exit)
+	}
+	exit, err = s.Wait(wctx, "stopped")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(stopped.Exit, exit); diff != "" {
+		t.Errorf("a stopped VM's exit after a restart (-want +got):\n%s", diff)
+	}
+	onDisk, err := ckpt.Read[Record](cfg.checkpoint("created"), checkpointVersion)
+	if err != nil || onDisk.State != Stopped || onDisk.Exit.Reason != "RuntimeRestarted" {
+		t.Errorf("the created VM's checkpoint: %+v, %v; want it stopped, RuntimeRestarted", onDisk, err)
+	}
+
+	for _, id := range []string{"created", "stopped"} {
+		if err := s.Remove(ctx, id); err != nil {
+			t.Errorf("Remove %s: %v", id, err)
+		}
+		if _, err := os.Stat(cfg.checkpoint(id)); !os.IsNotExist(err) {
+			t.Errorf("Remove %s left its checkpoint: %v", id, err)
+		}
+	}
+	if err := s.Remove(ctx, "created"); !errdefs.IsNotFound(err) {
+		t.Errorf("Remove of a removed VM: %v, want NotFound", err)
+	}
+}
+
+// TestRefusals: a VM without an id or pod is InvalidArgument, and every
+// call on an id the node does not have is NotFound, before any
+// hypervisor is opened.
+func TestRefusals(t *testing.T) {
+	ctx := context.Background()
+	s, err := New(Config{StateRoot: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Create(ctx, CreateRequest{PodID: "p"}); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("Create without an id: %v, want InvalidArgument", err)
+	}
+	if err := s.Create(ctx, CreateRequest{ID: "x"}); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("Create without a pod: %v, want InvalidArgument", err)
+	}
+	for name, call := range map[string]func() error{
+		"Start":    func() error { _, err := s.Start(ctx, "absent"); return err },
+		"Stop":     func() error { return s.Stop(ctx, "absent", time.Second) },
+		"Kill":     func() error { return s.Kill(ctx, "absent", Exit{}) },
+		"Shutdown": func() error { return s.Shutdown(ctx, "absent") },
+		"Exec":     func() error { _, err := s.Exec(ctx, "absent", vmExec("true")); return err },
+		"Wait":     func() error { _, err := s.Wait(ctx, "absent"); return err },
+		"Stats":    func() error { _, _, err := s.Stats("absent"); return err },
+		"Remove":   func() error { return s.Remove(ctx, "absent") },
+		"Get":      func() error { _, err := s.Get("absent"); return err },
+	} {
+		if err := call(); !errdefs.IsNotFound(err) {
+			t.Errorf("%s of an absent VM: %v, want NotFound", name, err)
+		}
+	}
+	if s.conn != nil {
+		t.Error("refusals opened libvirt")
+	}
+}

@@ -1,0 +1,158 @@
+package vmd
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/vmpod/vmpod/pkg/jail"
+	"github.com/vmpod/vmpod/pkg/node"
+	"github.com/vmpod/vmpod/pkg/node/embedded"
+	"github.com/vmpod/vmpod/pkg/virt/libvirt"
+	"github.com/vmpod/vmpod/pkg/vm"
+)
+
+// Service is the VMs of one node.
+type Service struct {
+	cfg Config
+
+	mu  sync.Mutex
+	vms map[string]*instance
+
+	hvMu sync.Mutex
+	conn *libvirt.Conn
+	env  vm.Env // Runtime and Host (each pod has its Jail)
+}
+
+// New opens the node's VM state under cfg.StateRoot. It opens libvirt at
+// the first VM (or in Recover, when a checkpoint names a domain).
+func New(cfg Config) (*Service, error) {
+	cfg = cfg.WithDefaults()
+	if err := os.MkdirAll(cfg.checkpointDir(), 0o700); err != nil {
+		return nil, errorf(errdefs.ErrInternal, "VM checkpoints: %v", err)
+	}
+	return &Service{cfg: cfg, vms: map[string]*instance{}}, nil
+}
+
+// Close closes the node's libvirt; QEMUs keep running, and the next
+// process's Recover takes them over.
+func (s *Service) Close() error {
+	s.hvMu.Lock()
+	defer s.hvMu.Unlock()
+	if s.conn == nil {
+		return nil
+	}
+	err := s.conn.Close()
+	s.conn = nil
+	return err
+}
+
+// hypervisor opens the node's embedded libvirt once (one root per
+// process: <state root>/libvirt) and what it runs on. Call it on a thread
+// in the process's own network namespace: libvirt's threads start here.
+func (s *Service) hypervisor(ctx context.Context) (vm.Env, error) {
+	s.hvMu.Lock()
+	defer s.hvMu.Unlock()
+	if s.conn != nil {
+		return s.env, nil
+	}
+	jailer, err := jail.LinkEmulator(filepath.Dir(vm.JailerLink(s.cfg.StateRoot)))
+	if err != nil {
+		return vm.Env{}, errorf(errdefs.ErrInternal, "QEMU's jailer: %v", err)
+	}
+	o := node.Options{CapsCache: s.cfg.CapsCache, KVMCache: s.cfg.KVMCache, Pod: true, Jailer: jailer}
+	conn, err := embedded.Open(ctx, s.cfg.libvirtRoot(), o)
+	if err != nil {
+		return vm.Env{}, err
+	}
+	h, err := node.HostOf(ctx, conn, o)
+	if err != nil {
+		conn.Close()
+		return vm.Env{}, err
+	}
+	s.conn = conn
+	s.env = vm.Env{Runtime: vm.NewRuntime(conn), Host: h}
+	return s.env, nil
+}
+
+// opener is a VM's vm.Opener: the node's env, open already.
+func opener(env vm.Env) vm.Opener {
+	return func(context.Context) (vm.Env, error) { return env, nil }
+}
+
+// Layout is where the pod's VM keeps its files: <state root>/pods/<pod>.
+// The pod's front door may keep files of its own there (the CRI server's
+// resolv.conf); ReleasePod removes it all.
+func (s *Service) Layout(podID string) vm.Layout { return vm.PodLayout(s.cfg.StateRoot, podID) }
+
+// jail leases the pod's QEMU uid (again: a lease is per pod dir) with the
+// node's libvirt root, whose secret dir QEMU is shown.
+func (s *Service) jail(podID string) (vm.Jail, error) {
+	j, err := vm.LeaseJail(s.cfg.StateRoot, s.cfg.UIDs, s.Layout(podID), s.cfg.DiskCap)
+	if err != nil {
+		return vm.Jail{}, err
+	}
+	j.LibvirtRoot = s.cfg.libvirtRoot()
+	return j, nil
+}
+
+// ReleasePod deletes the pod's dir and gives back its QEMU uid, once no
+// VM of the pod holds anything; a pod already released is no error.
+func (s *Service) ReleasePod(podID string) error {
+	for _, in := range s.snapshot() {
+		if r := in.Get(); r.PodID == podID && !r.Held.Empty() {
+			return errorf(errdefs.ErrFailedPrecondition, "pod %s: its VM %s still holds %+v", podID, r.ID, r.Held)
+		}
+	}
+	l := s.Layout(podID)
+	if err := os.RemoveAll(l.Dir); err != nil {
+		return errorf(errdefs.ErrInternal, "pod dir: %v", err)
+	}
+	if err := vm.ReleaseJail(s.cfg.StateRoot, l); err != nil {
+		return errorf(errdefs.ErrInternal, "QEMU's uid lease: %v", err)
+	}
+	return nil
+}
+
+// get finds a VM by its id.
+func (s *Service) get(id string) (*instance, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if in := s.vms[id]; in != nil {
+		return in, nil
+	}
+	return nil, errorf(errdefs.ErrNotFound, "VM %q", id)
+}
+
+func (s *Service) snapshot() []*instance {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*instance, 0, len(s.vms))
+	for _, in := range s.vms {
+		out = append(out, in)
+	}
+	return out
+}
+
+// Get is the VM's record; NotFound if the node has none of that id.
+func (s *Service) Get(id string) (Record, error) {
+	in, err := s.get(id)
+	if err != nil {
+		return Record{}, err
+	}
+	return in.Get(), nil
+}
+
+// List is the records of every VM of the node, by id.
+func (s *Service) List() []Record {
+	var out []Record
+	for _, in := range s.snapshot() {
+		out = append(out, in.Get())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
