@@ -34,6 +34,9 @@ packages=(
   # by debootstrap, jq for its containerd base spec (Docker itself is on
   # every machine of this project; test/kind says so where it is not)
   debootstrap jq
+  # the node API's Go code is generated from api/**/*.proto (hack/gen-api.sh,
+  # checked by api/node/v1's test)
+  protobuf-compiler libprotobuf-dev
 )
 
 missing=()

@@ -27,6 +27,12 @@ Usage:
       exec runs commands through the guest agent, attach is the serial
       console, port-forward reaches the pod IP; their streams are served on
       --stream-address, which the kubelet connects to.
+  vm-runtime daemon [--socket /run/vmpod/vmd.sock] [--state-root /var/lib/vmpod]
+                    [--qemu-uids FIRST:COUNT] [--disk-cap 20Gi]
+      The node daemon: every VM of the node (one libvirt, their checkpoints,
+      exits, exec and console), served over the node API (ttrpc,
+      api/node/v1) on a root-only socket. A restarted daemon takes the
+      running VMs over.
   vm-runtime render -f pod.yaml [--capabilities caps.xml [--domain-capabilities domcaps.xml]]
       Print the libvirt domain XML the pod becomes on this node (or on the
       node whose capabilities are given). Exit 2 if the pod is invalid.
@@ -76,6 +82,8 @@ func run(argv0 string, args []string) int {
 		return 0
 	case "cri":
 		return criCmd(args[1:])
+	case "daemon":
+		return daemonCmd(args[1:])
 	case "render":
 		return renderCmd(args[1:])
 	case "hypervisor":

@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmpod/vmpod/internal/testenv/podenv"
+
 	bootapi "github.com/containerd/containerd/api/runtime/bootstrap/v1"
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
 	eventsapi "github.com/containerd/containerd/api/services/ttrpc/events/v1"
@@ -405,52 +407,12 @@ func run(t testing.TB, name string, args ...string) string {
 	return string(out)
 }
 
-// network makes a node netns and a pod netns joined by a veth: pod eth0
-// 10.99.0.5/24 with the node's end 10.99.0.1 as its gateway. Both are
-// removed when the test ends.
-func network(t testing.TB) (nodeNS, podNS, podIP string) {
-	t.Helper()
-	tag := fmt.Sprintf("vmpodt%d-%d", os.Getpid()%100000, envSeq.Add(1))
-	node, pod := tag+"n", tag+"p"
-	run(t, "ip", "netns", "add", node)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", node).Run() })
-	run(t, "ip", "netns", "add", pod)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", pod).Run() })
-	run(t, "ip", "-n", node, "link", "add", "veth0", "type", "veth", "peer", "name", "eth0", "netns", pod)
-	run(t, "ip", "-n", node, "addr", "add", "10.99.0.1/24", "dev", "veth0")
-	run(t, "ip", "-n", node, "link", "set", "veth0", "up")
-	run(t, "ip", "-n", node, "link", "set", "lo", "up")
-	run(t, "ip", "-n", pod, "addr", "add", "10.99.0.5/24", "dev", "eth0")
-	run(t, "ip", "-n", pod, "link", "set", "eth0", "up")
-	run(t, "ip", "-n", pod, "link", "set", "lo", "up")
-	run(t, "ip", "-n", pod, "route", "add", "default", "via", "10.99.0.1")
-	return "/run/netns/" + node, "/run/netns/" + pod, "10.99.0.5"
-}
+// network is the test's node and pod network namespaces
+// (podenv.Network).
+func network(t testing.TB) (nodeNS, podNS, podIP string) { return podenv.Network(t) }
 
-// cgroupParent makes a pod-level cgroup in every v1 hierarchy, like the
-// kubelet's, and removes what is left under it when the test ends.
-func cgroupParent(t testing.TB) string {
-	t.Helper()
-	parent := fmt.Sprintf("/vmpod-test-%d/pod%d", os.Getpid(), envSeq.Add(1))
-	t.Cleanup(func() {
-		ctrls, _ := filepath.Glob("/sys/fs/cgroup/*")
-		for _, c := range ctrls {
-			top := filepath.Join(c, filepath.Dir(parent))
-			// Remove bottom-up; rmdir fails on a cgroup that still has tasks.
-			var dirs []string
-			_ = filepath.WalkDir(top, func(p string, d os.DirEntry, err error) error {
-				if err == nil && d.IsDir() {
-					dirs = append(dirs, p)
-				}
-				return nil
-			})
-			for i := len(dirs) - 1; i >= 0; i-- {
-				_ = os.Remove(dirs[i])
-			}
-		}
-	})
-	return parent
-}
+// cgroupParent is the test pod's cgroup (podenv.CgroupParent).
+func cgroupParent(t testing.TB) string { return podenv.CgroupParent(t) }
 
 // cgroupDirs lists the cgroup dirs below the pod-level cgroup.
 func cgroupDirs(parent string) []string {

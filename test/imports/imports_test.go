@@ -111,10 +111,11 @@ func TestOneCgoPackage(t *testing.T) {
 func TestFrontDoorsAreThin(t *testing.T) {
 	pkgs := listPackages(t)
 	rules := map[string][]string{
-		module + "/pkg/shim": {module + "/pkg/podnet", module + "/pkg/convert", module + "/pkg/host", module + "/pkg/virt/libvirt", module + "/pkg/node/embedded"},
-		module + "/pkg/vm":   {module + "/pkg/shim", module + "/pkg/cri", module + "/pkg/node", module + "/pkg/virt/libvirt", "libvirt.org/go/libvirt"},
-		module + "/pkg/cri":  {module + "/pkg/shim", module + "/pkg/podnet", module + "/pkg/convert", module + "/pkg/host", module + "/pkg/virt/libvirt", module + "/pkg/node/embedded"},
-		module + "/pkg/vmd":  {module + "/pkg/shim", module + "/pkg/cri", module + "/pkg/podnet", module + "/pkg/convert", module + "/pkg/host"},
+		module + "/pkg/shim":   {module + "/pkg/podnet", module + "/pkg/convert", module + "/pkg/host", module + "/pkg/virt/libvirt", module + "/pkg/node/embedded"},
+		module + "/pkg/vm":     {module + "/pkg/shim", module + "/pkg/cri", module + "/pkg/node", module + "/pkg/virt/libvirt", "libvirt.org/go/libvirt"},
+		module + "/pkg/cri":    {module + "/pkg/shim", module + "/pkg/podnet", module + "/pkg/convert", module + "/pkg/host", module + "/pkg/virt/libvirt", module + "/pkg/node/embedded"},
+		module + "/pkg/vmd":    {module + "/pkg/shim", module + "/pkg/cri", module + "/pkg/daemon", module + "/pkg/podnet", module + "/pkg/convert", module + "/pkg/host"},
+		module + "/pkg/daemon": {module + "/pkg/shim", module + "/pkg/cri", module + "/pkg/podnet", module + "/pkg/convert", module + "/pkg/host", module + "/pkg/virt/libvirt"},
 	}
 	for path, forbidden := range rules {
 		p, ok := pkgs[path]

@@ -1,0 +1,92 @@
+package vmd
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/containerd/containerd/v2/core/mount"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/vmpod/vmpod/pkg/podcgroup"
+	"github.com/vmpod/vmpod/pkg/vm"
+	"github.com/vmpod/vmpod/pkg/vmspec"
+)
+
+// FromOCI is the CreateRequest of a container that containerd's CRI
+// plugin described in oci (the bundle's config.json): the VM spec
+// (vmspec.FromOCI), QEMU's cgroup (the container's cgroupsPath, which must
+// be one: a VM never runs outside its pod's limits) and CPU controls, its
+// oom_score_adj, the pod's resolv.conf and hostname, the block volumes,
+// the cloud-init volume, and the image: rootfs mounted at
+// <bundle>/rootfs, or the spec's root.
+func FromOCI(id, podID string, oci *specs.Spec, bundle string, rootfs []mount.Mount, netns string) (CreateRequest, error) {
+	spec, err := vmspec.FromOCI(oci)
+	if err != nil {
+		return CreateRequest{}, err
+	}
+	var cgroupsPath string
+	var cpu *specs.LinuxCPU
+	if oci.Linux != nil {
+		cgroupsPath = oci.Linux.CgroupsPath
+		if oci.Linux.Resources != nil {
+			cpu = oci.Linux.Resources.CPU
+		}
+	}
+	cg, err := podcgroup.Parse(cgroupsPath)
+	if err != nil {
+		return CreateRequest{}, fmt.Errorf("the VM cannot be charged to its pod: %w", err)
+	}
+	req := CreateRequest{
+		ID: id, PodID: podID, Spec: spec,
+		Rootfs:       filepath.Join(bundle, "rootfs"),
+		RootfsMounts: rootfs,
+		Network: vm.Network{Netns: netns, ResolvConf: mountSource(oci, "/etc/resolv.conf"),
+			Hostname: oci.Annotations[vmspec.CRISandboxName]},
+		BlockDevices: blockDevices(oci),
+		InstanceID:   oci.Annotations[vmspec.CRISandboxUID],
+		Cgroup:       cg,
+		CPU:          cpu,
+	}
+	if oci.Process != nil {
+		// containerd's CRI wrote the kubelet's (clamped to containerd's
+		// own with restrict_oom_score_adj).
+		req.OOMScoreAdj = oci.Process.OOMScoreAdj
+	}
+	if ci := spec.CloudInit; ci != nil && ci.Volume != "" {
+		req.CloudInitDir = mountSource(oci, ci.VolumeMountPath)
+	}
+	if len(rootfs) == 0 && oci.Root != nil && oci.Root.Path != "" {
+		req.Rootfs = oci.Root.Path
+		if !filepath.IsAbs(req.Rootfs) {
+			req.Rootfs = filepath.Join(bundle, req.Rootfs)
+		}
+	}
+	return req, nil
+}
+
+// mountSource is the host path mounted at dest in the container, "" if
+// none (the last mount of dest wins, as in the container).
+func mountSource(oci *specs.Spec, dest string) string {
+	src := ""
+	for _, m := range oci.Mounts {
+		if m.Destination == dest {
+			src = m.Source
+		}
+	}
+	return src
+}
+
+// blockDevices are the block devices the kubelet handed the container
+// (its volumeDevices).
+func blockDevices(oci *specs.Spec) []vm.BlockDevice {
+	if oci.Linux == nil {
+		return nil
+	}
+	var devs []vm.BlockDevice
+	for _, d := range oci.Linux.Devices {
+		if d.Type == "b" {
+			devs = append(devs, vm.BlockDevice{Path: d.Path, Major: d.Major, Minor: d.Minor})
+		}
+	}
+	return devs
+}
