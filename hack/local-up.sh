@@ -371,7 +371,7 @@ if ((CRI_NODE)); then
 	start_in holder-vm cri env TMPDIR="$RUN/tmp" "$STATE/bin/vm-runtime" cri --listen "unix://$VM_RUN/cri.sock" \
 		--state-root "$VM_STATE/cri" --netns-dir "$VM_RUN/netns" --cni-conf-dir "$VM_STATE/cni/net.d" --cni-bin-dir /usr/lib/cni \
 		--capabilities-cache "$CAPS_CACHE" --qemu-uids "$VM_QEMU_UIDS" --default-cgroup-parent "$VM_CGROUP_ROOT/vmpod" \
-		--cgroup-driver cgroupfs
+		--cgroup-driver cgroupfs --metrics-address "127.0.0.1:$VM_METRICS_PORT"
 	start_in holder-vm registry env TMPDIR="$RUN/tmp" "$BIN/vmpod-local-registry" -listen 127.0.0.1:80 \
 		-archive "$guest_dir/containerdisk.oci.tar" -image "${IMAGE#localhost/}"
 	printf 'runtime-endpoint: unix://%s\nimage-endpoint: unix://%s\n' "$VM_RUN/cri.sock" "$VM_RUN/cri.sock" >"$VM_STATE/crictl.yaml"
@@ -446,6 +446,7 @@ if ((CRI_NODE)); then
 export VMPOD_E2E_CRI_NODE=$VM_NAME
 export VMPOD_E2E_CRI_NODE_EXEC="nsenter --target $(holder_pid holder-vm) --mount --net --"
 export VMPOD_E2E_CRI_STATE_ROOT=$VM_STATE/cri
+export VMPOD_E2E_CRI_METRICS_URL=http://127.0.0.1:$VM_METRICS_PORT/metrics
 export VMPOD_E2E_CRI_NETNS_DIR=$VM_RUN/netns
 export VMPOD_E2E_CRI_CGROUP_ROOT=$VM_CGROUP_ROOT
 EOF

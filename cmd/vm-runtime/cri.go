@@ -17,7 +17,7 @@ import (
 )
 
 func criCmd(args []string) int {
-	cfg, listen, code := criFlags(args)
+	cfg, listen, metricsAddr, code := criFlags(args)
 	if code != 0 {
 		return code
 	}
@@ -29,6 +29,10 @@ func criCmd(args []string) int {
 		return 1
 	}
 	defer s.Close()
+	if err := serveMetrics(ctx, metricsAddr, s.MetricsHandler()); err != nil {
+		fmt.Fprintln(os.Stderr, "cri:", err)
+		return 1
+	}
 	if err := s.Serve(ctx, listen); err != nil {
 		fmt.Fprintln(os.Stderr, "cri:", err)
 		return 1
@@ -36,9 +40,10 @@ func criCmd(args []string) int {
 	return 0
 }
 
-// criFlags parses cri's flags into the server's config and the socket to
-// serve; a non-zero code is the exit code of a bad command line.
-func criFlags(args []string) (cri.Config, string, int) {
+// criFlags parses cri's flags into the server's config, the socket to
+// serve and the metrics address ("": none); a non-zero code is the exit
+// code of a bad command line.
+func criFlags(args []string) (cri.Config, string, string, int) {
 	fs := flag.NewFlagSet("cri", flag.ContinueOnError)
 	listen := fs.String("listen", "unix:///run/vmpod/cri.sock", "the CRI socket the kubelet's containerRuntimeEndpoint names")
 	stateRoot := fs.String("state-root", "/var/lib/vmpod", "images, pods' dirs, libvirt's root and checkpoints (on disk)")
@@ -54,13 +59,14 @@ func criFlags(args []string) (cri.Config, string, int) {
 	imageDepth := fs.Int("image-max-depth", cri.DefaultImageMaxDepth, "the most components a path in an image may have")
 	streamAddr := fs.String("stream-address", cri.DefaultStreamAddr, "host:port of the exec/attach/port-forward streaming server the kubelet connects to (port 0: chosen at start)")
 	cgroupParent := fs.String("default-cgroup-parent", cri.DefaultCgroupParent, "cgroupfs parent of the pods whose sandbox names no cgroup_parent (each gets <parent>/pod<sandbox id>)")
+	metricsAddr := fs.String("metrics-address", "", "host:port to serve Prometheus metrics of the node's VMs at /metrics (docs/metrics.md); none by default")
 	cgroupDriver := fs.String("cgroup-driver", "", "the node's cgroup driver, cgroupfs or systemd, which the kubelet takes from the runtime (default: systemd where systemd is the init system, else cgroupfs)")
 	if err := fs.Parse(args); err != nil {
-		return cri.Config{}, "", 2
+		return cri.Config{}, "", "", 2
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintln(os.Stderr, "cri: unexpected arguments:", fs.Args())
-		return cri.Config{}, "", 2
+		return cri.Config{}, "", "", 2
 	}
 	cfg := cri.Config{StateRoot: *stateRoot, NetnsDir: *netnsDir, CNIConfDir: *cniConf,
 		CNIBinDirs: strings.Split(*cniBin, ","), CapsCache: *capsCache, KVMCache: *kvmCache,
@@ -69,7 +75,7 @@ func criFlags(args []string) (cri.Config, string, int) {
 		d, err := cri.ParseCgroupDriver(*cgroupDriver)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "cri: --cgroup-driver:", err)
-			return cri.Config{}, "", 2
+			return cri.Config{}, "", "", 2
 		}
 		cfg.CgroupDriver = d
 	}
@@ -77,28 +83,28 @@ func criFlags(args []string) (cri.Config, string, int) {
 		r, err := jail.ParseRange(*uids)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "cri: --qemu-uids:", err)
-			return cri.Config{}, "", 2
+			return cri.Config{}, "", "", 2
 		}
 		cfg.UIDs = r
 	}
 	q, err := resource.ParseQuantity(*diskCap)
 	if err != nil || q.Sign() <= 0 {
 		fmt.Fprintf(os.Stderr, "cri: --disk-cap %q: want a positive quantity of bytes such as 20Gi\n", *diskCap)
-		return cri.Config{}, "", 2
+		return cri.Config{}, "", "", 2
 	}
 	cfg.DiskCap = uint64(q.Value())
 	if *imageBytes != "" {
 		q, err := resource.ParseQuantity(*imageBytes)
 		if err != nil || q.Sign() <= 0 {
 			fmt.Fprintf(os.Stderr, "cri: --image-max-bytes %q: want a positive quantity of bytes such as 20Gi\n", *imageBytes)
-			return cri.Config{}, "", 2
+			return cri.Config{}, "", "", 2
 		}
 		cfg.ImageMaxBytes = uint64(q.Value())
 	}
 	if *imageEntries == 0 || *imageDepth <= 0 {
 		fmt.Fprintln(os.Stderr, "cri: --image-max-entries and --image-max-depth: want positive numbers")
-		return cri.Config{}, "", 2
+		return cri.Config{}, "", "", 2
 	}
 	cfg.ImageMaxEntries, cfg.ImageMaxDepth = *imageEntries, *imageDepth
-	return cfg, *listen, 0
+	return cfg, *listen, *metricsAddr, 0
 }

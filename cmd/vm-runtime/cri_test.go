@@ -29,11 +29,11 @@ func TestCRIUnitFlags(t *testing.T) {
 	if len(argv) < 2 || filepath.Base(argv[0]) != "vm-runtime" || argv[1] != "cri" {
 		t.Fatalf("ExecStart=%s: want vm-runtime cri ...", line)
 	}
-	got, gotListen, code := criFlags(argv[2:])
+	got, gotListen, _, code := criFlags(argv[2:])
 	if code != 0 {
 		t.Fatalf("the unit's flags %q do not parse (exit %d)", argv[2:], code)
 	}
-	want, wantListen, _ := criFlags(nil)
+	want, wantListen, _, _ := criFlags(nil)
 	if gotListen != wantListen {
 		t.Errorf("the unit listens on %s, the default is %s", gotListen, wantListen)
 	}
@@ -46,11 +46,11 @@ func TestCRIUnitFlags(t *testing.T) {
 // anything else is a bad command line (exit 2).
 func TestCRIFlagsCgroupDriver(t *testing.T) {
 	for _, d := range []string{"cgroupfs", "systemd"} {
-		if cfg, _, code := criFlags([]string{"--cgroup-driver", d}); code != 0 || cfg.CgroupDriver != d {
+		if cfg, _, _, code := criFlags([]string{"--cgroup-driver", d}); code != 0 || cfg.CgroupDriver != d {
 			t.Errorf("--cgroup-driver %s: driver %q, exit %d", d, cfg.CgroupDriver, code)
 		}
 	}
-	if _, _, code := criFlags([]string{"--cgroup-driver", "sytemd"}); code != 2 {
+	if _, _, _, code := criFlags([]string{"--cgroup-driver", "sytemd"}); code != 2 {
 		t.Errorf("--cgroup-driver sytemd: exit %d, want 2", code)
 	}
 }

@@ -22,13 +22,16 @@ Usage:
   vm-runtime cri [--listen unix:///run/vmpod/cri.sock] [--state-root /var/lib/vmpod]
                  [--cni-conf-dir /etc/cni/net.d] [--cni-bin-dir /opt/cni/bin,/usr/lib/cni]
                  [--stream-address 127.0.0.1:0] [--default-cgroup-parent /vmpod]
+                 [--metrics-address HOST:PORT]
       A CRI server (runtime and image services) for VM-only nodes whose
       kubelet's containerRuntimeEndpoint points at it: every pod is a VM.
       exec runs commands through the guest agent, attach is the serial
       console, port-forward reaches the pod IP; their streams are served on
-      --stream-address, which the kubelet connects to.
+      --stream-address, which the kubelet connects to. With
+      --metrics-address, Prometheus metrics of the node's VMs at /metrics
+      (docs/metrics.md).
   vm-runtime daemon [--socket /run/vmpod/vmd.sock] [--state-root /var/lib/vmpod]
-                    [--qemu-uids FIRST:COUNT] [--disk-cap 20Gi]
+                    [--qemu-uids FIRST:COUNT] [--disk-cap 20Gi] [--metrics-address HOST:PORT]
       The node daemon: every VM of the node (one libvirt, their checkpoints,
       exits, exec and console), served over the node API (ttrpc,
       api/node/v1) on a root-only socket. A restarted daemon takes the

@@ -59,6 +59,9 @@ VM_CGROUP_ROOT=/$NAME/vmnode
 # The uids QEMU runs as on this node: the range after the first node's
 # shims' (the jail's default), so that no two QEMUs of the machine share one.
 VM_QEMU_UIDS=1879113728:65536
+# Where vm-runtime cri serves its metrics, on the node's loopback (in its
+# network namespace; test/e2e reads them there).
+VM_METRICS_PORT=9470
 # The taint that keeps pods off the VM-only node unless they tolerate it.
 VM_TAINT_KEY=vmpod.io/vm-only
 

@@ -75,18 +75,25 @@ func (s *Server) CreateContainer(ctx context.Context, r *runtimeapi.CreateContai
 		}
 	}()
 
-	oci, err := ociSpec(sbRec, cfg, img)
-	if err != nil {
-		return nil, err
-	}
-	spec, err := vmspec.FromOCI(oci)
-	if err != nil {
-		return nil, err
-	}
 	cg, err := containerCgroup(s.podCgroupParent(sbRec), id)
 	if err != nil {
 		return nil, err
 	}
+	oci, err := ociSpec(sbRec, cfg, img)
+	if err != nil {
+		return nil, err
+	}
+	// What containerd adds for its shim: the image's root, the
+	// container's cgroup, the pod's resolv.conf.
+	oci.Root = &specs.Root{Path: rootfs, Readonly: true}
+	oci.Linux.CgroupsPath = cg.Raw
+	oci.Mounts = append(oci.Mounts, specs.Mount{Destination: "/etc/resolv.conf", Source: s.resolvConf(sbRec.ID), Type: "bind"})
+	// The VM both front doors make of an OCI spec (vmd.FromOCI).
+	req, err := vmd.FromOCI(id, sbRec.ID, oci, "", nil, sbRec.Netns)
+	if err != nil {
+		return nil, err
+	}
+	req.Network.Interface = podInterface
 
 	c := newContainer(s.cfg, rec)
 	if err := c.Update(func(r *containerRecord) error { *r = rec; return nil }); err != nil {
@@ -107,37 +114,15 @@ func (s *Server) CreateContainer(ctx context.Context, r *runtimeapi.CreateContai
 	}()
 	c.console = newConsoleOut(c.log)
 
-	req := vmd.CreateRequest{
-		ID:          id,
-		PodID:       sbRec.ID,
-		Spec:        spec,
-		Rootfs:      rootfs,
-		Network:     s.podNetwork(sbRec),
-		InstanceID:  sbRec.UID,
-		Cgroup:      cg,
-		CPU:         oci.Linux.Resources.CPU,
-		OOMScoreAdj: oci.Process.OOMScoreAdj, // QEMU's, not the server's
-		Console:     c.console,
-	}
-	if req.BlockDevices, err = blockDevices(cfg.GetDevices()); err != nil {
-		return nil, err
-	}
-	if ci := spec.CloudInit; ci != nil && ci.Volume != "" {
-		req.CloudInitDir = mountSource(cfg.GetMounts(), ci.VolumeMountPath)
-	}
+	req.Console = c.console
 	if err := s.vms.Create(ctx, req); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
 	s.containers[id] = c
 	s.mu.Unlock()
-	log.G(ctx).Infof("container %s of sandbox %s: VM %s defined", id, sbRec.ID, spec.Name)
+	log.G(ctx).Infof("container %s of sandbox %s: VM %s defined", id, sbRec.ID, req.Spec.Name)
 	return &runtimeapi.CreateContainerResponse{ContainerId: id}, nil
-}
-
-// podNetwork is the pod network its VM takes over.
-func (s *Server) podNetwork(sb sandboxRecord) vm.Network {
-	return vm.Network{Netns: sb.Netns, Interface: podInterface, ResolvConf: s.resolvConf(sb.ID), Hostname: sb.Hostname}
 }
 
 // ociSpec is the OCI runtime spec containerd's CRI plugin would write for
@@ -225,17 +210,6 @@ func blockDevices(devs []*runtimeapi.Device) ([]vm.BlockDevice, error) {
 			Major: int64(unix.Major(st.Rdev)), Minor: int64(unix.Minor(st.Rdev))})
 	}
 	return out, nil
-}
-
-// mountSource is the host dir mounted at dest in the container, "" if
-// none.
-func mountSource(mounts []*runtimeapi.Mount, dest string) string {
-	for _, m := range mounts {
-		if m.GetContainerPath() == dest {
-			return m.GetHostPath()
-		}
-	}
-	return ""
 }
 
 // containerCgroup is QEMU's cgroup: the container's, under the pod's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/http"
 	"os"
 	"path"
 	"path/filepath"
@@ -122,6 +123,9 @@ func (s *Server) Serve(ctx context.Context, addr string) error {
 	}
 	return err
 }
+
+// MetricsHandler serves the node's VM metrics (pkg/vmd).
+func (s *Server) MetricsHandler() http.Handler { return s.vms.MetricsHandler() }
 
 // Close closes the node's libvirt; QEMUs keep running.
 func (s *Server) Close() error { return s.vms.Close() }

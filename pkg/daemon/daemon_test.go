@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -237,6 +239,23 @@ func TestNodeAPI(t *testing.T) {
 	if st, err := d.client.Stats(ctx, &node.IDRequest{Id: "vm1"}); err != nil || st.Stats == nil {
 		t.Errorf("Stats: %v, %v", st, err)
 	}
+	metrics := scrape(t, d.vms)
+	for _, want := range []string{
+		`vmpod_vm_info{domain="default_web",id="vm1",namespace="default",pod="web",state="running"} 1`,
+		`vmpod_vms{state="running"} 1`,
+		`vmpod_vm_starts_total{result="ok"} 1`,
+		`vmpod_vm_start_phase_seconds_count{phase="qemu"} 1`,
+		`vmpod_exec_duration_seconds_count{result="ran"} 1`,
+		`vmpod_exec_duration_seconds_count{result="failed"} 1`,
+		`vmpod_vm_guest_memory_bytes{namespace="default",pod="web"} 2.68435456e+08`,
+	} {
+		if !strings.Contains(metrics, "\n"+want+"\n") {
+			t.Errorf("no %s in the metrics:\n%s", want, metrics)
+		}
+	}
+	if !regexp.MustCompile(`\nvmpod_vm_memory_usage_bytes\{namespace="default",pod="web"\} [1-9]`).MatchString(metrics) {
+		t.Errorf("no memory usage of the running VM in the metrics:\n%s", metrics)
+	}
 
 	// The daemon goes; the VM stays and a new daemon takes it over.
 	cancelConsole()
@@ -285,6 +304,16 @@ func TestNodeAPI(t *testing.T) {
 	if _, err := d.client.ReleasePod(ctx, &node.ReleasePodRequest{PodId: "pod1"}); err != nil {
 		t.Fatal(err)
 	}
+	metrics = scrape(t, d.vms)
+	for _, want := range []string{
+		`vmpod_vm_recoveries_total{result="adopted"} 1`,
+		`vmpod_vm_exits_total{reason="Completed"} 1`,
+		`vmpod_vms{state="running"} 0`,
+	} {
+		if !strings.Contains(metrics, "\n"+want+"\n") {
+			t.Errorf("no %s in the restarted daemon's metrics:\n%s", want, metrics)
+		}
+	}
 	if _, err := d.client.Get(ctx, &node.IDRequest{Id: "vm1"}); !errdefs.IsNotFound(errgrpc.ToNative(err)) {
 		t.Errorf("Get after Remove: %v, want NotFound", err)
 	}
@@ -293,4 +322,15 @@ func TestNodeAPI(t *testing.T) {
 			t.Errorf("%s is left: %v", p, err)
 		}
 	}
+}
+
+// scrape is what the node's metrics endpoint serves now.
+func scrape(t *testing.T, vms *vmd.Service) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	vms.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if rec.Code != 200 {
+		t.Fatalf("GET /metrics: %d %s", rec.Code, rec.Body)
+	}
+	return rec.Body.String()
 }

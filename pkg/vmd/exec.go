@@ -1,6 +1,7 @@
 package vmd
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -38,8 +39,11 @@ func (s *Service) Exec(ctx context.Context, id string, req vm.ExecRequest) (vm.E
 	if t := in.Get().StartedAt; t != 0 {
 		started = time.Unix(0, t)
 	}
+	t := time.Now()
 	waitAgent(ctx, vmCtx, v.PingAgent, started)
-	return execInGuest(ctx, vmCtx, v, req)
+	res, err := execInGuest(ctx, vmCtx, v, req)
+	s.metrics.execDone(time.Since(t), res, err, err == nil && (res.ExitCode == 126 || res.ExitCode == 127) && bytes.HasPrefix(res.Stderr, []byte("vmpod: ")))
+	return res, err
 }
 
 // execInGuest runs req in the guest until it exits, ctx ends, or the VM

@@ -23,7 +23,9 @@ type CreateRequest struct {
 	// ID names the VM on the node (the container's id); PodID its pod,
 	// whose dir and QEMU uid it uses.
 	ID, PodID string
-	Spec      vmspec.Spec
+	// Namespace and PodName name the Kubernetes pod (for metrics).
+	Namespace, PodName string
+	Spec               vmspec.Spec
 	// Rootfs is the containerdisk's root on the host; RootfsMounts, if
 	// any, are mounted on it first (vm.Request).
 	Rootfs       string
@@ -49,7 +51,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (retErr error) 
 	if req.ID == "" || req.PodID == "" {
 		return errorf(errdefs.ErrInvalidArgument, "create a VM: id %q and pod %q must both be set", req.ID, req.PodID)
 	}
-	in := newInstance(s.cfg, Record{ID: req.ID, PodID: req.PodID, Spec: req.Spec, Netns: req.Network.Netns,
+	in := newInstance(s.cfg, Record{ID: req.ID, PodID: req.PodID, Namespace: req.Namespace, Pod: req.PodName, Spec: req.Spec, Netns: req.Network.Netns,
 		ResolvConf: req.Network.ResolvConf, Hostname: req.Network.Hostname, State: Created, CreatedAt: time.Now().UnixNano()})
 	if err := in.Begin("create", nil); err != nil {
 		return err
@@ -137,11 +139,13 @@ func (s *Service) Start(ctx context.Context, id string) (int, error) {
 	}
 	defer in.End()
 	var pid int
-	if err := inPodNetns(in.Get().Netns, func() error {
+	err = inPodNetns(in.Get().Netns, func() error {
 		var err error
 		pid, err = in.vm.Start(ctx)
 		return err
-	}); err != nil {
+	})
+	s.metrics.started(in.vm.Phases(), err)
+	if err != nil {
 		return 0, err
 	}
 	s.running(ctx, in)
@@ -187,6 +191,7 @@ func (s *Service) wait(in *instance) {
 		log.G(ctx).WithError(err).Errorf("VM %s: delete the stopped VM (its checkpoint keeps what is left)", in.id)
 	}
 	s.stopped(ctx, in, exitOf(exit))
+	s.metrics.exits.WithLabelValues(exit.Reason).Inc()
 	log.G(ctx).Infof("VM %s exited: %d %s: %s", in.id, exit.Status, exit.Reason, exit.Message)
 }
 

@@ -16,7 +16,8 @@ import (
 // plugin described in oci (the bundle's config.json): the VM spec
 // (vmspec.FromOCI), QEMU's cgroup (the container's cgroupsPath, which must
 // be one: a VM never runs outside its pod's limits) and CPU controls, its
-// oom_score_adj, the pod's resolv.conf and hostname, the block volumes,
+// oom_score_adj, the pod's resolv.conf and hostname (the spec's, else
+// the sandbox's name), the block volumes,
 // the cloud-init volume, and the image: rootfs mounted at
 // <bundle>/rootfs, or the spec's root.
 func FromOCI(id, podID string, oci *specs.Spec, bundle string, rootfs []mount.Mount, netns string) (CreateRequest, error) {
@@ -38,14 +39,17 @@ func FromOCI(id, podID string, oci *specs.Spec, bundle string, rootfs []mount.Mo
 	}
 	req := CreateRequest{
 		ID: id, PodID: podID, Spec: spec,
+		Namespace: oci.Annotations[vmspec.CRISandboxNamespace], PodName: oci.Annotations[vmspec.CRISandboxName],
 		Rootfs:       filepath.Join(bundle, "rootfs"),
 		RootfsMounts: rootfs,
-		Network: vm.Network{Netns: netns, ResolvConf: mountSource(oci, "/etc/resolv.conf"),
-			Hostname: oci.Annotations[vmspec.CRISandboxName]},
+		Network:      vm.Network{Netns: netns, ResolvConf: mountSource(oci, "/etc/resolv.conf"), Hostname: oci.Hostname},
 		BlockDevices: blockDevices(oci),
 		InstanceID:   oci.Annotations[vmspec.CRISandboxUID],
 		Cgroup:       cg,
 		CPU:          cpu,
+	}
+	if req.Network.Hostname == "" {
+		req.Network.Hostname = oci.Annotations[vmspec.CRISandboxName]
 	}
 	if oci.Process != nil {
 		// containerd's CRI wrote the kubelet's (clamped to containerd's

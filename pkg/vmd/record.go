@@ -28,9 +28,12 @@ const checkpointVersion = 1
 // Record is a VM as checkpointed: what a restarted process needs to take
 // it over or undo it, and what a front door reports of it.
 type Record struct {
-	ID    string      `json:"id"`
-	PodID string      `json:"podId"`
-	Spec  vmspec.Spec `json:"spec"`
+	ID    string `json:"id"`
+	PodID string `json:"podId"`
+	// Namespace and Pod name the Kubernetes pod, for metrics and logs.
+	Namespace string      `json:"namespace,omitempty"`
+	Pod       string      `json:"pod,omitempty"`
+	Spec      vmspec.Spec `json:"spec"`
 	// Netns, ResolvConf and Hostname are the pod network the VM took
 	// over (vm.Network).
 	Netns      string `json:"netns,omitempty"`

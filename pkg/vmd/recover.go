@@ -36,15 +36,18 @@ func (s *Service) Recover(ctx context.Context, consoleFor func(Record) (io.Write
 		case rec.State == Running && rec.Held.Domain != "":
 			err := s.adopt(ctx, in, consoleFor)
 			if err == nil {
+				s.metrics.recovered.WithLabelValues("adopted").Inc()
 				log.G(ctx).Infof("VM %s: took it over, still running", rec.ID)
 				continue
 			}
 			log.G(ctx).WithError(err).Warnf("VM %s: take it over", rec.ID)
+			s.metrics.recovered.WithLabelValues("undone").Inc()
 			s.undoLeftover(ctx, in, "AdoptFailed",
 				fmt.Sprintf("vm-runtime restarted and could not take the running VM over, so it stopped it: %v", err))
 		case rec.State == Stopped:
 			s.undoLeftover(ctx, in, "", "")
 		default:
+			s.metrics.recovered.WithLabelValues("undone").Inc()
 			s.undoLeftover(ctx, in, "RuntimeRestarted",
 				"vm-runtime restarted and removed the VM: it takes over running VMs only, and this one had not started")
 		}

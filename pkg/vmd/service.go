@@ -26,6 +26,8 @@ type Service struct {
 	hvMu sync.Mutex
 	conn *libvirt.Conn
 	env  vm.Env // Runtime and Host (each pod has its Jail)
+
+	metrics *metrics
 }
 
 // New opens the node's VM state under cfg.StateRoot. It opens libvirt at
@@ -35,7 +37,9 @@ func New(cfg Config) (*Service, error) {
 	if err := os.MkdirAll(cfg.checkpointDir(), 0o700); err != nil {
 		return nil, errorf(errdefs.ErrInternal, "VM checkpoints: %v", err)
 	}
-	return &Service{cfg: cfg, vms: map[string]*instance{}}, nil
+	s := &Service{cfg: cfg, vms: map[string]*instance{}}
+	s.metrics = newMetrics(s)
+	return s, nil
 }
 
 // Close closes the node's libvirt; QEMUs keep running, and the next

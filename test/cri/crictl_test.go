@@ -665,7 +665,7 @@ func (n *node) assertNothingLeft() {
 		}
 	}
 	for _, d := range []string{filepath.Join(n.dir, "netns"), filepath.Join(n.state, "pods"),
-		filepath.Join(n.state, "cri", "sandboxes"), filepath.Join(n.state, "cri", "containers"), filepath.Join(n.state, "uids")} {
+		filepath.Join(n.state, "cri", "sandboxes"), filepath.Join(n.state, "cri", "containers"), filepath.Join(n.state, "vms"), filepath.Join(n.state, "uids")} {
 		entries, _ := os.ReadDir(d)
 		var names []string
 		for _, e := range entries {

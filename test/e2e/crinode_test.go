@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -79,6 +80,27 @@ func TestCRINode(t *testing.T) {
 		}
 		if _, errOut, code := kubectl(t, time.Minute, "exec", pod.Name, "--", "sh", "-c", "echo oops >&2; exit 3"); code != 3 || !strings.Contains(errOut, "oops") {
 			t.Errorf("kubectl exec -- exit 3: exit %d, stderr %q; want 3 and oops", code, errOut)
+		}
+	})
+
+	t.Run("vm-runtime's metrics show the VM", func(t *testing.T) {
+		if criNode.metricsURL == "" {
+			t.Fatal("VMPOD_E2E_CRI_METRICS_URL is unset: hack/local-up.sh runs vm-runtime cri with --metrics-address and sets it")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		out, err := criNode.run(ctx, `curl -sSf "$1"`, criNode.metricsURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info := regexp.MustCompile(`(?m)^vmpod_vm_info\{[^}]*pod="` + regexp.QuoteMeta(pod.Name) + `"[^}]*state="running"[^}]*\} 1$`)
+		usage := regexp.MustCompile(`(?m)^vmpod_vm_memory_usage_bytes\{namespace="` + regexp.QuoteMeta(namespace) + `",pod="` + regexp.QuoteMeta(pod.Name) + `"\} [1-9]`)
+		phase := regexp.MustCompile(`(?m)^vmpod_vm_start_phase_seconds_count\{phase="qemu"\} [1-9]`)
+		ran := regexp.MustCompile(`(?m)^vmpod_exec_duration_seconds_count\{result="ran"\} [1-9]`)
+		for name, re := range map[string]*regexp.Regexp{"the VM's info": info, "its memory": usage, "a start's qemu phase": phase, "the execs that ran": ran} {
+			if !re.MatchString(out) {
+				t.Errorf("no series for %s (%s) at %s:\n%s", name, re, criNode.metricsURL, out)
+			}
 		}
 	})
 

@@ -21,5 +21,7 @@
 // second node), is tested when VMPOD_E2E_CRI_NODE names it (TestCRINode
 // skips otherwise), with VMPOD_E2E_CRI_NODE_EXEC (a command prefix that
 // runs on it), VMPOD_E2E_CRI_STATE_ROOT and VMPOD_E2E_CRI_NETNS_DIR (the
-// server's --state-root and --netns-dir) and VMPOD_E2E_CRI_CGROUP_ROOT.
+// server's --state-root and --netns-dir), VMPOD_E2E_CRI_CGROUP_ROOT and
+// VMPOD_E2E_CRI_METRICS_URL (its --metrics-address, as a URL on the
+// node).
 package e2e

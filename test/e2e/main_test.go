@@ -54,6 +54,9 @@ type testNode struct {
 	// dirs hold entries that must not outlive a pod, besides those
 	// leftoverScript knows (vm-runtime cri's checkpoints, for instance).
 	dirs []string
+	// metricsURL is where, on the node, vm-runtime serves its metrics
+	// (VMPOD_E2E_CRI_METRICS_URL); "" for none.
+	metricsURL string
 }
 
 func TestMain(m *testing.M) {
@@ -105,11 +108,13 @@ func setup() error {
 	if name := os.Getenv("VMPOD_E2E_CRI_NODE"); name != "" {
 		state := os.Getenv("VMPOD_E2E_CRI_STATE_ROOT")
 		criNode = &testNode{name: name, exec: strings.Fields(os.Getenv("VMPOD_E2E_CRI_NODE_EXEC")), stateRoot: state,
+			metricsURL: os.Getenv("VMPOD_E2E_CRI_METRICS_URL"),
 			cgroupRoot: strings.TrimSuffix(os.Getenv("VMPOD_E2E_CRI_CGROUP_ROOT"), "/"),
 			netnsDir:   strings.TrimSuffix(os.Getenv("VMPOD_E2E_CRI_NETNS_DIR"), "/"),
-			// vm-runtime cri's checkpoints, QEMU uid leases and
-			// libvirt's domain definitions (test/cri's list).
-			dirs: []string{state + "/cri/sandboxes", state + "/cri/containers", state + "/uids",
+			// vm-runtime cri's checkpoints (the VMs' under vms/),
+			// QEMU uid leases and libvirt's domain definitions
+			// (test/cri's list).
+			dirs: []string{state + "/cri/sandboxes", state + "/cri/containers", state + "/vms", state + "/uids",
 				state + "/libvirt/etc/libvirt/qemu"}}
 		if len(criNode.exec) == 0 || state == "" || criNode.netnsDir == "" {
 			return fmt.Errorf("VMPOD_E2E_CRI_NODE is set, VMPOD_E2E_CRI_NODE_EXEC, VMPOD_E2E_CRI_STATE_ROOT or VMPOD_E2E_CRI_NETNS_DIR is not")
