@@ -12,8 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/vmpod/vmpod/pkg/cri"
-	"github.com/vmpod/vmpod/pkg/jail"
-	"github.com/vmpod/vmpod/pkg/node"
 )
 
 func criCmd(args []string) int {
@@ -46,14 +44,10 @@ func criCmd(args []string) int {
 func criFlags(args []string) (cri.Config, string, string, int) {
 	fs := flag.NewFlagSet("cri", flag.ContinueOnError)
 	listen := fs.String("listen", "unix:///run/vmpod/cri.sock", "the CRI socket the kubelet's containerRuntimeEndpoint names")
-	stateRoot := fs.String("state-root", "/var/lib/vmpod", "images, pods' dirs, libvirt's root and checkpoints (on disk)")
+	vf := addVMFlags(fs, "images, pods' dirs, libvirt's root and checkpoints (on disk)")
 	netnsDir := fs.String("netns-dir", "/run/vmpod/netns", "where pod network namespaces are mounted")
 	cniConf := fs.String("cni-conf-dir", "/etc/cni/net.d", "the node's CNI config dir; its first file by name is the pod network")
 	cniBin := fs.String("cni-bin-dir", "/opt/cni/bin,/usr/lib/cni", "comma-separated dirs of CNI plugins")
-	capsCache := fs.String("capabilities-cache", DefaultCapsCache, "node-wide warm copy of libvirt's QEMU capabilities")
-	kvmCache := fs.String("kvm-cache", node.DefaultKVMCache, "node-wide KVM probe verdict")
-	uids := fs.String("qemu-uids", "", "FIRST:COUNT uids for QEMU processes, one per pod (default: the jail's range)")
-	diskCap := fs.String("disk-cap", "20Gi", "the most a VM's disk overlay may grow to")
 	imageBytes := fs.String("image-max-bytes", "", "the most an image's files may add up to, unpacked, sparse ones at their full size (default: the --disk-cap)")
 	imageEntries := fs.Uint64("image-max-entries", cri.DefaultImageMaxEntries, "the most tar entries an image's layers may hold, with the dirs their paths imply")
 	imageDepth := fs.Int("image-max-depth", cri.DefaultImageMaxDepth, "the most components a path in an image may have")
@@ -68,8 +62,12 @@ func criFlags(args []string) (cri.Config, string, string, int) {
 		fmt.Fprintln(os.Stderr, "cri: unexpected arguments:", fs.Args())
 		return cri.Config{}, "", "", 2
 	}
-	cfg := cri.Config{StateRoot: *stateRoot, NetnsDir: *netnsDir, CNIConfDir: *cniConf,
-		CNIBinDirs: strings.Split(*cniBin, ","), CapsCache: *capsCache, KVMCache: *kvmCache,
+	vcfg, ok := vf.config("cri")
+	if !ok {
+		return cri.Config{}, "", "", 2
+	}
+	cfg := cri.Config{Config: vcfg,
+		NetnsDir: *netnsDir, CNIConfDir: *cniConf, CNIBinDirs: strings.Split(*cniBin, ","),
 		StreamAddr: *streamAddr, DefaultCgroupParent: *cgroupParent}
 	if *cgroupDriver != "" {
 		d, err := cri.ParseCgroupDriver(*cgroupDriver)
@@ -79,20 +77,6 @@ func criFlags(args []string) (cri.Config, string, string, int) {
 		}
 		cfg.CgroupDriver = d
 	}
-	if *uids != "" {
-		r, err := jail.ParseRange(*uids)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "cri: --qemu-uids:", err)
-			return cri.Config{}, "", "", 2
-		}
-		cfg.UIDs = r
-	}
-	q, err := resource.ParseQuantity(*diskCap)
-	if err != nil || q.Sign() <= 0 {
-		fmt.Fprintf(os.Stderr, "cri: --disk-cap %q: want a positive quantity of bytes such as 20Gi\n", *diskCap)
-		return cri.Config{}, "", "", 2
-	}
-	cfg.DiskCap = uint64(q.Value())
 	if *imageBytes != "" {
 		q, err := resource.ParseQuantity(*imageBytes)
 		if err != nil || q.Sign() <= 0 {

@@ -8,16 +8,15 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/vmpod/vmpod/internal/untar"
-	"github.com/vmpod/vmpod/pkg/jail"
-	"github.com/vmpod/vmpod/pkg/node"
+	"github.com/vmpod/vmpod/pkg/vmd"
 )
 
 // Config is where the server keeps things and what the node gives it.
 type Config struct {
-	// StateRoot holds the images, the pods' dirs, the node's libvirt root,
-	// QEMU's uid leases and the checkpoints (on disk: VM disk overlays
-	// live there).
-	StateRoot string
+	// Config is the node's VMs' (pkg/vmd): the state root, which holds
+	// the images and the server's checkpoints too, the caches, QEMU's
+	// uids and the disk cap.
+	vmd.Config
 	// NetnsDir is where pod network namespaces are bind-mounted.
 	NetnsDir string
 	// CNIConfDir and CNIBinDirs are the node's CNI config and plugins, as
@@ -25,13 +24,6 @@ type Config struct {
 	// network.
 	CNIConfDir string
 	CNIBinDirs []string
-	// CapsCache and KVMCache are the node-wide caches every vmpod process
-	// shares (node.Options).
-	CapsCache, KVMCache string
-	// UIDs are the uids QEMU processes run as, one per pod.
-	UIDs jail.Range
-	// DiskCap is the most a VM's disk overlay may grow to.
-	DiskCap uint64
 	// ImageMaxBytes, ImageMaxEntries and ImageMaxDepth bound what one
 	// image may unpack into, its layers being the pod author's: the
 	// bytes of its files, each at its expanded size (default DiskCap: an
@@ -84,9 +76,6 @@ func detectCgroupDriver() string {
 	return CgroupfsDriver
 }
 
-// DefaultDiskCap is the default Config.DiskCap: 20 GiB, as the shim's.
-const DefaultDiskCap = 20 << 30
-
 const (
 	// DefaultImageMaxEntries is the default Config.ImageMaxEntries. A
 	// containerdisk holds a handful of files (a disk, a kernel, an
@@ -111,9 +100,7 @@ const (
 
 // WithDefaults fills what c leaves empty with the node's usual places.
 func (c Config) WithDefaults() Config {
-	if c.StateRoot == "" {
-		c.StateRoot = "/var/lib/vmpod"
-	}
+	c.Config = c.Config.WithDefaults()
 	if c.NetnsDir == "" {
 		c.NetnsDir = "/run/vmpod/netns"
 	}
@@ -122,18 +109,6 @@ func (c Config) WithDefaults() Config {
 	}
 	if len(c.CNIBinDirs) == 0 {
 		c.CNIBinDirs = []string{"/opt/cni/bin", "/usr/lib/cni"}
-	}
-	if c.CapsCache == "" {
-		c.CapsCache = "/var/cache/vmpod/qemu-capabilities"
-	}
-	if c.KVMCache == "" {
-		c.KVMCache = node.DefaultKVMCache
-	}
-	if c.UIDs.Count == 0 {
-		c.UIDs = jail.DefaultRange
-	}
-	if c.DiskCap == 0 {
-		c.DiskCap = DefaultDiskCap
 	}
 	if c.ImageMaxBytes == 0 {
 		c.ImageMaxBytes = c.DiskCap

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/vmpod/vmpod/pkg/vmd"
 )
 
 // TestAbsentIsNoError: stopping or removing a sandbox, container or
@@ -47,7 +49,7 @@ func TestAbsentIsNoError(t *testing.T) {
 func newIdleServer(t *testing.T) *Server {
 	t.Helper()
 	dir := t.TempDir()
-	s, err := New(context.Background(), Config{StateRoot: dir, NetnsDir: dir + "/netns", CNIConfDir: dir + "/cni"})
+	s, err := New(context.Background(), Config{Config: vmd.Config{StateRoot: dir}, NetnsDir: dir + "/netns", CNIConfDir: dir + "/cni"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/vmpod/vmpod/internal/testenv/hostiletar"
+	"github.com/vmpod/vmpod/pkg/vmd"
 )
 
 // TestPullImageBounds: an image whose layers would unpack past one of the
@@ -224,7 +225,7 @@ func TestSlowPullHoldsUpNothing(t *testing.T) {
 func newImageServer(t *testing.T, edit func(*Config)) *Server {
 	t.Helper()
 	dir := t.TempDir()
-	cfg := Config{StateRoot: dir, NetnsDir: dir + "/netns", CNIConfDir: dir + "/cni"}
+	cfg := Config{Config: vmd.Config{StateRoot: dir}, NetnsDir: dir + "/netns", CNIConfDir: dir + "/cni"}
 	if edit != nil {
 		edit(&cfg)
 	}

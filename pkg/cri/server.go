@@ -68,8 +68,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	vms, err := vmd.New(vmd.Config{StateRoot: cfg.StateRoot, CapsCache: cfg.CapsCache, KVMCache: cfg.KVMCache,
-		UIDs: cfg.UIDs, DiskCap: cfg.DiskCap})
+	vms, err := vmd.New(cfg.Config)
 	if err != nil {
 		return nil, err
 	}

@@ -281,15 +281,10 @@ const shutdownPressFor = 10 * time.Minute
 // owns the grace period: it calls Kill when it ends (containerd's SIGTERM,
 // then SIGKILL). One pressing loop per VM, however many calls come.
 func (s *Service) Shutdown(ctx context.Context, id string) error {
-	in, err := s.get(id)
-	if err != nil {
-		return err
-	}
-	v, _, release, err := in.use()
-	if err != nil {
-		return err
-	}
-	defer release()
+	return s.withVM(id, func(in *instance, v *vm.VM) error { return s.shutdown(ctx, in, v) })
+}
+
+func (s *Service) shutdown(ctx context.Context, in *instance, v *vm.VM) error {
 	if err := v.Shutdown(ctx); err != nil {
 		return err
 	}
@@ -301,7 +296,7 @@ func (s *Service) Shutdown(ctx context.Context, id string) error {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownPressFor)
 		defer cancel()
 		if _, err := v.PressUntilStopped(ctx); err != nil && ctx.Err() == nil {
-			log.G(ctx).WithError(err).Warnf("VM %s: pressing the power button again", id)
+			log.G(ctx).WithError(err).Warnf("VM %s: pressing the power button again", in.id)
 		}
 	}()
 	return nil
@@ -366,17 +361,17 @@ func (s *Service) Remove(ctx context.Context, id string) error {
 
 // Pause stops the guest's vCPUs; Resume lets them run again.
 func (s *Service) Pause(ctx context.Context, id string) error {
-	return s.withVM(id, func(v *vm.VM) error { return v.Suspend(ctx) })
+	return s.withVM(id, func(_ *instance, v *vm.VM) error { return v.Suspend(ctx) })
 }
 
 // Resume lets a paused guest run again.
 func (s *Service) Resume(ctx context.Context, id string) error {
-	return s.withVM(id, func(v *vm.VM) error { return v.Resume(ctx) })
+	return s.withVM(id, func(_ *instance, v *vm.VM) error { return v.Resume(ctx) })
 }
 
 // Update applies new resources to the running VM (vm.VM.Update).
 func (s *Service) Update(id string, r *specs.LinuxResources) error {
-	return s.withVM(id, func(v *vm.VM) error { return v.Update(r) })
+	return s.withVM(id, func(_ *instance, v *vm.VM) error { return v.Update(r) })
 }
 
 // Stats are the running VM's cgroup metrics (vm.VM.Stats) and when they
@@ -384,7 +379,7 @@ func (s *Service) Update(id string, r *specs.LinuxResources) error {
 func (s *Service) Stats(id string) (any, time.Time, error) {
 	var m any
 	var at time.Time
-	err := s.withVM(id, func(v *vm.VM) error {
+	err := s.withVM(id, func(_ *instance, v *vm.VM) error {
 		var err error
 		m, err = v.Stats()
 		at = time.Now()
@@ -400,7 +395,7 @@ func (s *Service) Stats(id string) (any, time.Time, error) {
 // FailedPrecondition without one.
 func (s *Service) ConsoleInput(id string) (io.Writer, error) {
 	var w io.Writer
-	err := s.withVM(id, func(v *vm.VM) error {
+	err := s.withVM(id, func(_ *instance, v *vm.VM) error {
 		if w = v.ConsoleInput(); w == nil {
 			return errorf(errdefs.ErrFailedPrecondition, "VM %s has no serial console", id)
 		}
@@ -410,7 +405,7 @@ func (s *Service) ConsoleInput(id string) (io.Writer, error) {
 }
 
 // withVM runs f with the running VM, which stays lent out until f returns.
-func (s *Service) withVM(id string, f func(*vm.VM) error) error {
+func (s *Service) withVM(id string, f func(*instance, *vm.VM) error) error {
 	in, err := s.get(id)
 	if err != nil {
 		return err
@@ -420,5 +415,5 @@ func (s *Service) withVM(id string, f func(*vm.VM) error) error {
 		return err
 	}
 	defer release()
-	return f(v)
+	return f(in, v)
 }

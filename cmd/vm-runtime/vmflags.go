@@ -1,0 +1,50 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/vmpod/vmpod/pkg/jail"
+	"github.com/vmpod/vmpod/pkg/node"
+	"github.com/vmpod/vmpod/pkg/vmd"
+)
+
+// vmFlags are the flags of the node's VMs (vmd.Config), which cri and
+// daemon both take.
+type vmFlags struct {
+	stateRoot, capsCache, kvmCache, uids, diskCap *string
+}
+
+func addVMFlags(fs *flag.FlagSet, stateRootHelp string) vmFlags {
+	return vmFlags{
+		stateRoot: fs.String("state-root", "/var/lib/vmpod", stateRootHelp),
+		capsCache: fs.String("capabilities-cache", DefaultCapsCache, "node-wide warm copy of libvirt's QEMU capabilities"),
+		kvmCache:  fs.String("kvm-cache", node.DefaultKVMCache, "node-wide KVM probe verdict"),
+		uids:      fs.String("qemu-uids", "", "FIRST:COUNT uids for QEMU processes, one per pod (default: the jail's range)"),
+		diskCap:   fs.String("disk-cap", "20Gi", "the most a VM's disk overlay may grow to"),
+	}
+}
+
+// config is what the flags say, once parsed; false after saying on
+// stderr, for cmd, what is wrong.
+func (f vmFlags) config(cmd string) (vmd.Config, bool) {
+	cfg := vmd.Config{StateRoot: *f.stateRoot, CapsCache: *f.capsCache, KVMCache: *f.kvmCache}
+	if *f.uids != "" {
+		r, err := jail.ParseRange(*f.uids)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%s: --qemu-uids: %v\n", cmd, err)
+			return vmd.Config{}, false
+		}
+		cfg.UIDs = r
+	}
+	q, err := resource.ParseQuantity(*f.diskCap)
+	if err != nil || q.Sign() <= 0 {
+		fmt.Fprintf(os.Stderr, "%s: --disk-cap %q: want a positive quantity of bytes such as 20Gi\n", cmd, *f.diskCap)
+		return vmd.Config{}, false
+	}
+	cfg.DiskCap = uint64(q.Value())
+	return cfg, true
+}
