@@ -329,7 +329,7 @@ func (s *Server) Console(ctx context.Context, r *node.ConsoleRequest, ss node.VM
 			continue
 		}
 		if done {
-			return nil
+			return ss.Send(&node.ConsoleChunk{Epoch: s.epoch, Offset: offset, End: true})
 		}
 		select {
 		case <-more:

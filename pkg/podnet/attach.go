@@ -185,6 +185,19 @@ func (a *Attachment) Close() error {
 	return nil
 }
 
+// Abandon leaves a as a process that dies does: its DHCP server stops,
+// the tap and the filters stay on the node for the next process's
+// Reattach. a must not be closed after.
+func (a *Attachment) Abandon() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.undo = nil
+	if a.dhcp == nil {
+		return nil
+	}
+	return a.dhcp.close()
+}
+
 func (a *Attachment) onClose(f func() error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()

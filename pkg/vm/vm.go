@@ -427,6 +427,32 @@ func (v *VM) Update(r *specs.LinuxResources) error {
 	return v.cgroup.UpdateCPU(cpu)
 }
 
+// Abandon lets go of the VM as a process that dies does, without stopping
+// it: its console connection and DHCP server close and its Runtime
+// forgets its Machine, while the domain, QEMU, the tap, QEMU's cgroup and
+// the record stay for the next process's Adopt. Nothing of the VM works
+// through v afterwards.
+func (v *VM) Abandon() {
+	if v.net != nil {
+		v.net.Abandon() //nolint:errcheck // the next process starts its own
+		v.net = nil
+	}
+	m := v.machine
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	c := m.console
+	m.console = nil
+	m.mu.Unlock()
+	if c != nil {
+		c.close()
+		<-c.done
+	}
+	m.rt.remove(m)
+	v.machine = nil
+}
+
 // Delete removes the VM and all it holds, in reverse order: the in-process
 // parts first (the machine with its console, the DHCP server), then
 // through Undo what Held names, as the cleanup after a dead front door

@@ -87,6 +87,19 @@ func newInstance(cfg Config, rec Record) *instance {
 		id: rec.ID, stopped: make(chan struct{})}
 }
 
+// abandon lets go of the running VM without stopping it (Service.Close).
+// Its wait never returns then: the Runtime forgot its Machine.
+func (in *instance) abandon() {
+	l := &in.live
+	l.mu.Lock()
+	v := l.vm
+	l.vm = nil
+	l.mu.Unlock()
+	if v != nil {
+		v.Abandon()
+	}
+}
+
 // record is the VM's vm.Request.Record.
 func (in *instance) record(h vm.Held) error {
 	return in.Update(func(r *Record) error { r.Held = h; return nil })

@@ -42,9 +42,14 @@ func New(cfg Config) (*Service, error) {
 	return s, nil
 }
 
-// Close closes the node's libvirt; QEMUs keep running, and the next
-// process's Recover takes them over.
+// Close lets go of every VM (vm.VM.Abandon: their console connections and
+// DHCP servers close) and closes the node's libvirt; QEMUs keep running,
+// and the next process's Recover takes them over. Call nothing else
+// after it.
 func (s *Service) Close() error {
+	for _, in := range s.snapshot() {
+		in.abandon()
+	}
 	s.hvMu.Lock()
 	defer s.hvMu.Unlock()
 	if s.conn == nil {

@@ -111,11 +111,12 @@ func TestOneCgoPackage(t *testing.T) {
 func TestFrontDoorsAreThin(t *testing.T) {
 	pkgs := listPackages(t)
 	rules := map[string][]string{
-		module + "/pkg/shim":   {module + "/pkg/podnet", module + "/pkg/convert", module + "/pkg/host", module + "/pkg/virt/libvirt", module + "/pkg/node/embedded"},
-		module + "/pkg/vm":     {module + "/pkg/shim", module + "/pkg/cri", module + "/pkg/node", module + "/pkg/virt/libvirt", "libvirt.org/go/libvirt"},
-		module + "/pkg/cri":    {module + "/pkg/shim", module + "/pkg/podnet", module + "/pkg/convert", module + "/pkg/host", module + "/pkg/virt/libvirt", module + "/pkg/node/embedded"},
-		module + "/pkg/vmd":    {module + "/pkg/shim", module + "/pkg/cri", module + "/pkg/daemon", module + "/pkg/podnet", module + "/pkg/convert", module + "/pkg/host"},
-		module + "/pkg/daemon": {module + "/pkg/shim", module + "/pkg/cri", module + "/pkg/podnet", module + "/pkg/convert", module + "/pkg/host", module + "/pkg/virt/libvirt"},
+		module + "/pkg/shim":       {module + "/pkg/podnet", module + "/pkg/convert", module + "/pkg/host", module + "/pkg/virt/libvirt", module + "/pkg/node/embedded"},
+		module + "/pkg/vm":         {module + "/pkg/shim", module + "/pkg/cri", module + "/pkg/node", module + "/pkg/virt/libvirt", "libvirt.org/go/libvirt"},
+		module + "/pkg/cri":        {module + "/pkg/shim", module + "/pkg/podnet", module + "/pkg/convert", module + "/pkg/host", module + "/pkg/virt/libvirt", module + "/pkg/node/embedded"},
+		module + "/pkg/vmd":        {module + "/pkg/shim", module + "/pkg/cri", module + "/pkg/daemon", module + "/pkg/podnet", module + "/pkg/convert", module + "/pkg/host"},
+		module + "/pkg/nodeclient": {module + "/pkg/vmd", module + "/pkg/daemon", module + "/pkg/vm"},
+		module + "/pkg/daemon":     {module + "/pkg/shim", module + "/pkg/cri", module + "/pkg/podnet", module + "/pkg/convert", module + "/pkg/host", module + "/pkg/virt/libvirt"},
 	}
 	for path, forbidden := range rules {
 		p, ok := pkgs[path]
@@ -133,10 +134,12 @@ func TestFrontDoorsAreThin(t *testing.T) {
 // TestShimLinksNoLibvirt: the shim lives as long as its pod, once per VM
 // pod, so it links no libvirt (no cgo, no libvirt's libraries and malloc
 // in its memory); it starts vm-runtime when it needs libvirt
-// (pkg/virt/remote). make build builds it with CGO_ENABLED=0.
+// (pkg/virt/remote), and the node daemon's client (pkg/nodeclient), which
+// it is moving to, links none either. make build builds it with
+// CGO_ENABLED=0.
 func TestShimLinksNoLibvirt(t *testing.T) {
 	pkgs := listPackages(t)
-	for _, path := range []string{module + "/cmd/containerd-shim-vmpod-v2", module + "/pkg/shim"} {
+	for _, path := range []string{module + "/cmd/containerd-shim-vmpod-v2", module + "/pkg/shim", module + "/pkg/nodeclient"} {
 		p, ok := pkgs[path]
 		if !ok {
 			t.Fatalf("no %s", path)

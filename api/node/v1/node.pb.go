@@ -875,7 +875,10 @@ type ConsoleChunk struct {
 	Offset uint64 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
 	// skipped: output between the client's offset and this chunk is
 	// lost (the client fell behind, or the daemon restarted).
-	Skipped       bool `protobuf:"varint,4,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	Skipped bool `protobuf:"varint,4,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	// end is set on the last message, without data: the VM's console
+	// ended. A stream that ends without it broke (the daemon went).
+	End           bool `protobuf:"varint,5,opt,name=end,proto3" json:"end,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -934,6 +937,13 @@ func (x *ConsoleChunk) GetOffset() uint64 {
 func (x *ConsoleChunk) GetSkipped() bool {
 	if x != nil {
 		return x.Skipped
+	}
+	return false
+}
+
+func (x *ConsoleChunk) GetEnd() bool {
+	if x != nil {
+		return x.End
 	}
 	return false
 }
@@ -1049,12 +1059,13 @@ const file_node_v1_node_proto_rawDesc = "" +
 	"\x0eConsoleRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\tR\x05epoch\x12\x16\n" +
-	"\x06offset\x18\x03 \x01(\x04R\x06offset\"j\n" +
+	"\x06offset\x18\x03 \x01(\x04R\x06offset\"|\n" +
 	"\fConsoleChunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\tR\x05epoch\x12\x16\n" +
 	"\x06offset\x18\x03 \x01(\x04R\x06offset\x12\x18\n" +
-	"\askipped\x18\x04 \x01(\bR\askipped\"9\n" +
+	"\askipped\x18\x04 \x01(\bR\askipped\x12\x10\n" +
+	"\x03end\x18\x05 \x01(\bR\x03end\"9\n" +
 	"\x13ConsoleInputRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data2\x85\b\n" +
