@@ -78,6 +78,7 @@ e2e: deps guest
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzAnnotations$$' -fuzztime $(FUZZTIME) ./pkg/vmspec
 	$(GO) test -run '^$$' -fuzz '^FuzzFrontDoorsAgree$$' -fuzztime $(FUZZTIME) ./pkg/vmspec
+	$(GO) test -run '^$$' -fuzz '^FuzzCRITranslation$$' -fuzztime $(FUZZTIME) ./pkg/cri
 	$(GO) test -run '^$$' -fuzz '^FuzzDomain$$' -fuzztime $(FUZZTIME) ./pkg/convert
 	$(GO) test -run '^$$' -fuzz '^FuzzDomainXML$$' -fuzztime $(FUZZTIME) ./pkg/convert
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 200x ./pkg/host

@@ -79,21 +79,10 @@ func (s *Server) CreateContainer(ctx context.Context, r *runtimeapi.CreateContai
 	if err != nil {
 		return nil, err
 	}
-	oci, err := ociSpec(sbRec, cfg, img)
+	req, err := vmRequest(id, sbRec, cfg, img, rootfs, cg, s.resolvConf(sbRec.ID))
 	if err != nil {
 		return nil, err
 	}
-	// What containerd adds for its shim: the image's root, the
-	// container's cgroup, the pod's resolv.conf.
-	oci.Root = &specs.Root{Path: rootfs, Readonly: true}
-	oci.Linux.CgroupsPath = cg.Raw
-	oci.Mounts = append(oci.Mounts, specs.Mount{Destination: "/etc/resolv.conf", Source: s.resolvConf(sbRec.ID), Type: "bind"})
-	// The VM both front doors make of an OCI spec (vmd.FromOCI).
-	req, err := vmd.FromOCI(id, sbRec.ID, oci, "", nil, sbRec.Netns)
-	if err != nil {
-		return nil, err
-	}
-	req.Network.Interface = podInterface
 
 	c := newContainer(s.cfg, rec)
 	if err := c.Update(func(r *containerRecord) error { *r = rec; return nil }); err != nil {
@@ -123,6 +112,27 @@ func (s *Server) CreateContainer(ctx context.Context, r *runtimeapi.CreateContai
 	s.mu.Unlock()
 	log.G(ctx).Infof("container %s of sandbox %s: VM %s defined", id, sbRec.ID, req.Spec.Name)
 	return &runtimeapi.CreateContainerResponse{ContainerId: id}, nil
+}
+
+// vmRequest is the VM the container asks for: the OCI spec containerd
+// would hand its shim (ociSpec, with the image's root, the container's
+// cgroup cg and the pod's resolv.conf) through vmd.FromOCI, the mapping
+// both front doors share.
+func vmRequest(id string, sb sandboxRecord, cfg *runtimeapi.ContainerConfig, img image, rootfs string,
+	cg podcgroup.Path, resolvConf string) (vmd.CreateRequest, error) {
+	oci, err := ociSpec(sb, cfg, img)
+	if err != nil {
+		return vmd.CreateRequest{}, err
+	}
+	oci.Root = &specs.Root{Path: rootfs, Readonly: true}
+	oci.Linux.CgroupsPath = cg.Raw
+	oci.Mounts = append(oci.Mounts, specs.Mount{Destination: "/etc/resolv.conf", Source: resolvConf, Type: "bind"})
+	req, err := vmd.FromOCI(id, sb.ID, oci, "", nil, sb.Netns)
+	if err != nil {
+		return vmd.CreateRequest{}, err
+	}
+	req.Network.Interface = podInterface
+	return req, nil
 }
 
 // ociSpec is the OCI runtime spec containerd's CRI plugin would write for
