@@ -95,24 +95,37 @@ func FindImage(rootfs string) (Image, error) {
 		return Image{}, fmt.Errorf("not a containerdisk: no /boot/vmlinux, /boot/vmlinuz or /disk/*.qcow2|.raw|.img: %w",
 			errdefs.ErrInvalidArgument)
 	}
-	for _, p := range []string{img.Kernel, img.Initrd, img.Disk} {
-		if p == "" {
+	for _, f := range []struct {
+		path string
+		max  int64
+	}{{img.Kernel, MaxKernelBytes}, {img.Initrd, MaxInitrdBytes}, {img.Disk, 0}} {
+		if f.path == "" {
 			continue
 		}
-		rel, _ := filepath.Rel(rootfs, p)
-		if err := worldReadable(root, rel); err != nil {
+		rel, _ := filepath.Rel(rootfs, f.path)
+		if err := worldReadable(root, rel, f.max); err != nil {
 			return Image{}, err
 		}
 	}
 	return img, nil
 }
 
+// MaxKernelBytes and MaxInitrdBytes bound a containerdisk's kernel and
+// initrd: QEMU reads each whole into its own memory before the guest
+// runs, so an author's huge file would be memory taken at start (a
+// distribution's uncompressed vmlinux is under 100 MiB, its initrd under
+// 200 MiB). The disk is bounded by its virtual size instead (inspectDisk).
+const (
+	MaxKernelBytes = 256 << 20
+	MaxInitrdBytes = 1 << 30
+)
+
 // worldReadable refuses a file QEMU could not read: QEMU (and qemu-img)
 // run as a uid of their own (pkg/jail) that owns no image file, so they
-// read them as "other".
-// Changing the mode here would copy the whole file up into the container's
-// writable layer.
-func worldReadable(root *os.File, rel string) error {
+// read them as "other". Changing the mode here would copy the whole file
+// up into the container's writable layer. It refuses one larger than max
+// bytes too (0: any size).
+func worldReadable(root *os.File, rel string, max int64) error {
 	f, err := openBeneath(root, rel, unix.O_PATH)
 	if err != nil {
 		return refused(rel, err)
@@ -121,6 +134,10 @@ func worldReadable(root *os.File, rel string) error {
 	fi, err := f.Stat()
 	if err != nil {
 		return refused(rel, err)
+	}
+	if max > 0 && fi.Size() > max {
+		return fmt.Errorf("image file /%s: %d bytes, above the %d MiB a VM's start may read into QEMU's memory: %w",
+			rel, fi.Size(), max>>20, errdefs.ErrInvalidArgument)
 	}
 	if fi.Mode().Perm()&0o004 == 0 {
 		return fmt.Errorf("image file /%s: mode %04o is not readable by all; QEMU runs as an unprivileged user of its own and reads image files as others do (in the image: chmod 0444): %w",

@@ -32,6 +32,20 @@ func qemuImg(t *testing.T, args ...string) {
 	}
 }
 
+// sparse makes a world-readable file of size bytes that takes no disk.
+func sparse(t *testing.T, path string, size int64) {
+	t.Helper()
+	mkdirs(t, filepath.Dir(path))
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func mkdirs(t *testing.T, dirs ...string) {
 	t.Helper()
 	for _, d := range dirs {
@@ -84,6 +98,13 @@ var hostileImages = []hostile{
 	{"qcow2 content named .img", func(t *testing.T, root, host string) {
 		qemuImg(t, "create", "-q", "-f", "qcow2", filepath.Join(root, "disk", "disk.img"), "1M")
 	}, `image file /disk/disk.img: qcow2 content under a raw disk's name`},
+	{"a huge kernel", func(t *testing.T, root, host string) {
+		sparse(t, filepath.Join(root, "boot", "vmlinux"), MaxKernelBytes+1)
+	}, `image file /boot/vmlinux: 268435457 bytes, above the 256 MiB`},
+	{"a huge initrd", func(t *testing.T, root, host string) {
+		sparse(t, filepath.Join(root, "boot", "vmlinuz"), 1<<20)
+		sparse(t, filepath.Join(root, "boot", "initrd.img"), 3<<30)
+	}, `image file /boot/initrd.img: 3221225472 bytes, above the 1024 MiB`},
 	{"a huge virtual size", func(t *testing.T, root, host string) {
 		qemuImg(t, "create", "-q", "-f", "qcow2", filepath.Join(root, "disk", "disk.qcow2"), "64T")
 	}, `virtual size 65536 GiB is above the maximum of 4096 GiB`},
