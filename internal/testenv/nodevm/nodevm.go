@@ -36,6 +36,14 @@ type Options struct {
 	CPUs      int
 	// Timeout bounds the whole run, boot included; default 5 minutes.
 	Timeout time.Duration
+	// Stall is how long the guest's heartbeat may stand still once run.sh
+	// started before the guest counts as stalled: it is then booted once
+	// more, from a fresh share (default 90 s; the heartbeat beats every
+	// 5 s).
+	Stall time.Duration
+	// onRunning, if set, is called with QEMU's pid when run.sh started
+	// on the first boot (the stall test stops QEMU there).
+	onRunning func(pid int)
 	// CgroupV1 boots the node on the legacy cgroup v1 hierarchies (systemd
 	// still PID 1) instead of cgroup v2.
 	CgroupV1 bool
@@ -79,15 +87,35 @@ func Run(t testing.TB, opts Options) Result {
 	}
 	opts = withDefaults(opts)
 	art := artifacts(t)
+	for attempt := 1; ; attempt++ {
+		res, share, err := boot(t, art, opts)
+		if errors.Is(err, errStalled) && attempt == 1 {
+			t.Logf("%v; booting the node VM once more", err)
+			opts.onRunning = nil
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Files, err = collect(share, opts); err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+}
 
+// boot runs opts.Script in a node VM booted from art, with a share of its
+// own, and returns its result and the share.
+func boot(t testing.TB, art string, opts Options) (Result, string, error) {
+	t.Helper()
 	work := t.TempDir()
 	share := filepath.Join(work, "share")
 	if err := prepareShare(share, opts); err != nil {
-		t.Fatal(err)
+		return Result{}, "", err
 	}
 	vm, err := start(t, art, work, share, opts)
 	if err != nil {
-		t.Fatal(err)
+		return Result{}, "", err
 	}
 	// Whatever fails the test, in here or in the caller's checks, the
 	// console says why the node misbehaved. Runs before QEMU's kill and
@@ -97,14 +125,9 @@ func Run(t testing.TB, opts Options) Result {
 			t.Logf("nodevm: serial console:\n%s", stripANSI(vm.serial()))
 		}
 	})
-	res, err := vm.wait(t, opts.Timeout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Files, err = collect(share, opts); err != nil {
-		t.Fatal(err)
-	}
-	return res
+	vm.onRunning = opts.onRunning
+	res, err := vm.wait(t, opts.Timeout, opts.Stall)
+	return res, share, err
 }
 
 func withDefaults(o Options) Options {
@@ -116,6 +139,9 @@ func withDefaults(o Options) Options {
 	}
 	if o.Timeout == 0 {
 		o.Timeout = 5 * time.Minute
+	}
+	if o.Stall == 0 {
+		o.Stall = 90 * time.Second
 	}
 	var expose []string
 	for _, d := range o.Expose {

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -152,4 +153,28 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// TestStalledGuestBootsAgain: a guest that stops as a whole once run.sh
+// started (QEMU stopped with SIGSTOP, as a frozen emulator) has no
+// heartbeat; after Options.Stall the VM is killed and booted once more,
+// and that run's result is the one returned.
+func TestStalledGuestBootsAgain(t *testing.T) {
+	var stopped []int
+	res := Run(t, Options{Script: "echo hello\nsleep 12\necho bye\n", Timeout: 4 * time.Minute, Stall: 15 * time.Second,
+		onRunning: func(pid int) {
+			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+				t.Errorf("stop QEMU %d: %v", pid, err)
+			}
+			stopped = append(stopped, pid)
+		}})
+	if len(stopped) != 1 {
+		t.Errorf("QEMU stopped %d times (%v), want once: the second boot runs as asked", len(stopped), stopped)
+	}
+	if res.ExitCode != 0 || res.Output != "hello\nbye\n" {
+		t.Errorf("the second boot's run.sh: exit %d, output %q", res.ExitCode, res.Output)
+	}
+	if syscall.Kill(stopped[0], 0) == nil {
+		t.Errorf("the stalled QEMU %d still exists", stopped[0])
+	}
 }

@@ -1,6 +1,7 @@
 package nodevm
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -31,6 +32,7 @@ type vm struct {
 	stderrPath string
 	started    time.Time
 	done       chan error // QEMU's exit, once
+	onRunning  func(pid int)
 }
 
 // qemuArgs is the whole machine: TCG always (a /dev/kvm here may not run a
@@ -99,8 +101,16 @@ func (v *vm) kill() {
 	v.done <- <-v.done
 }
 
-// wait returns once QEMU exits, or kills it after timeout.
-func (v *vm) wait(t testing.TB, timeout time.Duration) (Result, error) {
+// errStalled is a guest that stopped making progress as a whole: its
+// heartbeat (a shell loop beside run.sh) stopped. Seen here once, under
+// TCG with two vCPUs: the guest froze in the middle of a test whose own
+// timeouts never fired, QEMU busy. It says nothing of the test.
+var errStalled = errors.New("nodevm: the guest stalled")
+
+// wait returns once QEMU exits; it kills QEMU after timeout, or when the
+// guest's heartbeat has not changed for stall once run.sh started
+// (errStalled).
+func (v *vm) wait(t testing.TB, timeout, stall time.Duration) (Result, error) {
 	t.Helper()
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
@@ -108,6 +118,8 @@ func (v *vm) wait(t testing.TB, timeout time.Duration) (Result, error) {
 	defer poll.Stop()
 	nextLog := v.started.Add(progressEvery)
 	var boot time.Duration
+	var lastBeat string
+	var lastBeatAt time.Time
 	for {
 		select {
 		case err := <-v.done:
@@ -133,6 +145,17 @@ func (v *vm) wait(t testing.TB, timeout time.Duration) (Result, error) {
 		case now := <-poll.C:
 			if boot == 0 && guestUptime(v.share) > 0 {
 				boot = now.Sub(v.started)
+				lastBeatAt = now // the stall clock starts with run.sh
+				if v.onRunning != nil {
+					v.onRunning(v.cmd.Process.Pid)
+				}
+			}
+			if beat := heartbeat(v.share); beat != lastBeat {
+				lastBeat, lastBeatAt = beat, now
+			} else if boot > 0 && now.Sub(lastBeatAt) > stall {
+				v.kill()
+				return Result{}, fmt.Errorf("%w: no heartbeat from the guest for %v, %v after run.sh started (its output: %s)",
+					errStalled, stall, now.Sub(v.started)-boot, lastLine(v.output()))
 			}
 			if now.After(nextLog) {
 				nextLog = nextLog.Add(progressEvery)
@@ -149,8 +172,19 @@ func (v *vm) progress(t testing.TB, now time.Time, boot time.Duration) {
 		t.Logf("nodevm: %v, booting; serial: %s", elapsed, lastLine(v.serial()))
 		return
 	}
-	out, _ := os.ReadFile(filepath.Join(v.share, ctlDir, "output"))
-	t.Logf("nodevm: %v, run.sh running for %v; output: %s", elapsed, (now.Sub(v.started) - boot).Round(time.Second), lastLine(string(out)))
+	t.Logf("nodevm: %v, run.sh running for %v; output: %s", elapsed, (now.Sub(v.started) - boot).Round(time.Second), lastLine(v.output()))
+}
+
+// output is what run.sh has written so far.
+func (v *vm) output() string {
+	b, _ := os.ReadFile(filepath.Join(v.share, ctlDir, "output"))
+	return string(b)
+}
+
+// heartbeat is the guest's last heartbeat, "" before the first.
+func heartbeat(share string) string {
+	b, _ := os.ReadFile(filepath.Join(share, ctlDir, "heartbeat"))
+	return string(b)
 }
 
 func (v *vm) serial() string {
