@@ -13,7 +13,10 @@
 // Run builds (cached) and boots the VM, runs Options.Script as
 // ShareDir/run.sh once D-Bus is up, and returns its exit code, output and
 // the files it left in the share. QEMU is killed by PID on timeout and when
-// the test ends; the share and logs live in t.TempDir.
+// the test ends; the share and logs live in t.TempDir. A guest that
+// freezes as a whole (its heartbeat, a loop beside run.sh, stands still
+// for Options.Stall) is killed and booted once more: seen once here under
+// TCG, and it says nothing of the test.
 //
 // Tests need root (9p passthrough keeps owners and modes).
 //
