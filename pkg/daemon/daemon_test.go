@@ -121,7 +121,7 @@ func (l *lockedBuffer) waitFor(t *testing.T, marker string, d time.Duration) {
 // restart with exit 0; Remove and ReleasePod leave nothing of the VM.
 func TestNodeAPI(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: namespaces, cgroups, QEMU's jail")
+		t.Fatal("needs root (namespaces, cgroups, QEMU's jail): run the tests as root, as make test does")
 	}
 	ctx := context.Background()
 	// Unix socket paths must stay under 108 bytes: keep the root short.

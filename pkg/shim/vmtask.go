@@ -76,16 +76,18 @@ func createVM(ctx context.Context, p *pod, r *taskAPI.CreateTaskRequest, oci *sp
 		Layout: p.layout(),
 		Jail:   j,
 		Rootfs: filepath.Join(r.Bundle, "rootfs"),
-		Network: vm.Network{Netns: p.netns, ResolvConf: resolvConf(oci),
+		Network: vm.Network{Netns: p.netns, ResolvConf: vm.MountSource(oci, "/etc/resolv.conf"),
 			Hostname: oci.Annotations[vmspec.CRISandboxName]},
-		BlockDevices: blockDevices(oci),
-		CloudInitDir: cloudInitDir(spec, oci),
+		BlockDevices: vm.BlockDevicesOf(oci),
 		InstanceID:   oci.Annotations[vmspec.CRISandboxUID],
 		Cgroup:       cgPath,
 		CPU:          cpu,
 		OOMScoreAdj:  oomScoreAdj(oci),
 		ConsoleOut:   v.console.output(),
 		Record:       v.record,
+	}
+	if ci := spec.CloudInit; ci != nil && ci.Volume != "" {
+		req.CloudInitDir = vm.MountSource(oci, ci.VolumeMountPath)
 	}
 	if len(r.Rootfs) > 0 {
 		req.RootfsMounts = mount.FromProto(r.Rootfs)
@@ -110,46 +112,6 @@ func (v *vmTask) record(h vm.Held) error {
 	}
 	v.ckpt.Held = h
 	return v.ckpt.save()
-}
-
-// cloudInitDir is where, on the host, the cloud-init volume the spec
-// names is mounted in the container; "" when it takes none or the volume
-// is not mounted.
-func cloudInitDir(s vmspec.Spec, oci *specs.Spec) string {
-	if s.CloudInit == nil || s.CloudInit.Volume == "" {
-		return ""
-	}
-	dir := ""
-	for _, m := range oci.Mounts {
-		if m.Destination == s.CloudInit.VolumeMountPath {
-			dir = m.Source
-		}
-	}
-	return dir
-}
-
-// blockDevices are the block devices the kubelet handed the container.
-func blockDevices(oci *specs.Spec) []vm.BlockDevice {
-	if oci.Linux == nil {
-		return nil
-	}
-	var devs []vm.BlockDevice
-	for _, d := range oci.Linux.Devices {
-		if d.Type == "b" {
-			devs = append(devs, vm.BlockDevice{Path: d.Path, Major: d.Major, Minor: d.Minor})
-		}
-	}
-	return devs
-}
-
-// resolvConf is the host file containerd bind-mounts at /etc/resolv.conf.
-func resolvConf(oci *specs.Spec) string {
-	for _, m := range oci.Mounts {
-		if m.Destination == "/etc/resolv.conf" {
-			return m.Source
-		}
-	}
-	return ""
 }
 
 // start boots the VM and connects the console's stdin.

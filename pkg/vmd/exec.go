@@ -1,7 +1,6 @@
 package vmd
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -42,7 +41,7 @@ func (s *Service) Exec(ctx context.Context, id string, req vm.ExecRequest) (vm.E
 	t := time.Now()
 	waitAgent(ctx, vmCtx, v.PingAgent, started)
 	res, err := execInGuest(ctx, vmCtx, v, req)
-	s.metrics.execDone(time.Since(t), res, err, err == nil && (res.ExitCode == 126 || res.ExitCode == 127) && bytes.HasPrefix(res.Stderr, []byte("vmpod: ")))
+	s.metrics.execDone(time.Since(t), res, err)
 	return res, err
 }
 

@@ -1,6 +1,7 @@
 package vmd
 
 import (
+	"bytes"
 	"net/http"
 	"time"
 
@@ -67,13 +68,14 @@ func (m *metrics) started(p vm.Phases, err error) {
 	}
 }
 
-// execDone counts an exec that took d.
-func (m *metrics) execDone(d time.Duration, res vm.ExecResult, err error, vmpodFailed bool) {
+// execDone counts an exec that took d: an error, a command the guest
+// could not run (Exec's 126 or 127 with vmpod's reason), or one that ran.
+func (m *metrics) execDone(d time.Duration, res vm.ExecResult, err error) {
 	result := "ran"
 	switch {
 	case err != nil:
 		result = "error"
-	case vmpodFailed:
+	case (res.ExitCode == 126 || res.ExitCode == 127) && bytes.HasPrefix(res.Stderr, []byte("vmpod: ")):
 		result = "failed"
 	}
 	m.execs.WithLabelValues(result).Observe(d.Seconds())

@@ -42,8 +42,8 @@ func FromOCI(id, podID string, oci *specs.Spec, bundle string, rootfs []mount.Mo
 		Namespace: oci.Annotations[vmspec.CRISandboxNamespace], PodName: oci.Annotations[vmspec.CRISandboxName],
 		Rootfs:       filepath.Join(bundle, "rootfs"),
 		RootfsMounts: rootfs,
-		Network:      vm.Network{Netns: netns, ResolvConf: mountSource(oci, "/etc/resolv.conf"), Hostname: oci.Hostname},
-		BlockDevices: blockDevices(oci),
+		Network:      vm.Network{Netns: netns, ResolvConf: vm.MountSource(oci, "/etc/resolv.conf"), Hostname: oci.Hostname},
+		BlockDevices: vm.BlockDevicesOf(oci),
 		InstanceID:   oci.Annotations[vmspec.CRISandboxUID],
 		Cgroup:       cg,
 		CPU:          cpu,
@@ -57,7 +57,7 @@ func FromOCI(id, podID string, oci *specs.Spec, bundle string, rootfs []mount.Mo
 		req.OOMScoreAdj = oci.Process.OOMScoreAdj
 	}
 	if ci := spec.CloudInit; ci != nil && ci.Volume != "" {
-		req.CloudInitDir = mountSource(oci, ci.VolumeMountPath)
+		req.CloudInitDir = vm.MountSource(oci, ci.VolumeMountPath)
 	}
 	if len(rootfs) == 0 && oci.Root != nil && oci.Root.Path != "" {
 		req.Rootfs = oci.Root.Path
@@ -66,31 +66,4 @@ func FromOCI(id, podID string, oci *specs.Spec, bundle string, rootfs []mount.Mo
 		}
 	}
 	return req, nil
-}
-
-// mountSource is the host path mounted at dest in the container, "" if
-// none (the last mount of dest wins, as in the container).
-func mountSource(oci *specs.Spec, dest string) string {
-	src := ""
-	for _, m := range oci.Mounts {
-		if m.Destination == dest {
-			src = m.Source
-		}
-	}
-	return src
-}
-
-// blockDevices are the block devices the kubelet handed the container
-// (its volumeDevices).
-func blockDevices(oci *specs.Spec) []vm.BlockDevice {
-	if oci.Linux == nil {
-		return nil
-	}
-	var devs []vm.BlockDevice
-	for _, d := range oci.Linux.Devices {
-		if d.Type == "b" {
-			devs = append(devs, vm.BlockDevice{Path: d.Path, Major: d.Major, Minor: d.Minor})
-		}
-	}
-	return devs
 }
