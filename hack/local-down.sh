@@ -161,6 +161,8 @@ if ((live)); then
 		done
 	fi
 	stop containerd || fail "containerd still runs"
+	# After containerd: the shims' last deletes go through it.
+	stop vmd || fail "vm-runtime daemon still runs"
 	stop kube-apiserver || fail "kube-apiserver still runs"
 	stop etcd || fail "etcd still runs"
 	stop forward 5 || fail "the apiserver forwarder still runs"

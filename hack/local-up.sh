@@ -114,7 +114,7 @@ go_build "kube-apiserver, kube-controller-manager, kubelet, kube-proxy, kubectl 
 	k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/cmd/kubectl
 go_build etcd "" "$BIN/etcd" go.etcd.io/etcd/server/v3
 go_build "scheduler-plugin and vm-runtime" "$k8s_ldflags" "$BIN/" ./cmd/scheduler-plugin ./cmd/vm-runtime
-# The shim links no libvirt (it starts vm-runtime when it needs it): no cgo.
+# The shim links no libvirt (the node daemon, vm-runtime, runs the VMs): no cgo.
 (export CGO_ENABLED=0 && go_build "the shim" "" "$BIN/containerd-shim-vmpod-v2" ./cmd/containerd-shim-vmpod-v2) || exit 1
 go_build "the apiserver forwarder" "" "$BIN/vmpod-local-forward" ./hack/local/forward
 if ((CRI_NODE)); then go_build "the VM-only node's registry" "" "$BIN/vmpod-local-registry" ./hack/local/registry; fi
@@ -332,10 +332,17 @@ sed -e "s|@STATE@|$STATE|g" -e "s|@RUN@|$RUN|g" -e "s|@PAUSE_IMAGE@|$PAUSE_IMAGE
 	-e "s|@RUNC@|$(command -v runc)|g" -e "s|@BIN@|$BIN|g" hack/local/containerd.toml >"$STATE/containerd.toml"
 sed -e "s|@STATE@|$STATE|g" -e "s|@POD_CIDR@|$POD_CIDR|g" hack/local/cni.conflist >"$STATE/cni/net.d/10-vmpod-local.conflist"
 mkdir -p "$CAPS_CACHE"
-# The shims inherit containerd's environment: their state dir (on disk, as
-# VM disk overlays live there; short: QEMU's socket paths must stay under
-# 108 bytes) and the warm QEMU capabilities.
-start containerd env VMPOD_STATE_ROOT="$STATE/vm" VMPOD_CAPS_CACHE="$CAPS_CACHE" TMPDIR="$RUN/tmp" \
+# The node daemon runs the node's VMs; the shims ask it. As
+# manifests/systemd/vm-runtime-daemon.service runs it, with this node's
+# paths: its state root on disk, as VM disk overlays live there (short:
+# QEMU's socket paths must stay under 108 bytes), and the warm QEMU
+# capabilities.
+log "starting vm-runtime daemon (the node's VMs, for the shims)"
+start vmd env TMPDIR="$RUN/tmp" "$STATE/bin/vm-runtime" daemon --socket "$RUN/vmd.sock" \
+	--state-root "$STATE/vm" --capabilities-cache "$CAPS_CACHE"
+wait_for "vm-runtime daemon" 60 in_node test -S "$RUN/vmd.sock" || die "vm-runtime daemon did not serve $RUN/vmd.sock within 60s"
+# The shims inherit containerd's environment: the daemon's socket.
+start containerd env VMPOD_STATE_ROOT="$STATE/vm" VMPOD_NODE_SOCKET="$RUN/vmd.sock" TMPDIR="$RUN/tmp" \
 	"$BIN/containerd" --config "$STATE/containerd.toml"
 ctr() { in_node "$BIN/ctr" --address "$RUN/containerd.sock" -n k8s.io "$@"; }
 wait_for containerd 60 ctr version || die "containerd did not start within 60s"

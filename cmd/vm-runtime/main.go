@@ -18,7 +18,8 @@ Usage:
   vm-runtime shim [containerd shim flags] start|delete
       containerd's runtime v2 shim for RuntimeClass handlers with
       runtime_type io.containerd.vmpod.v2 (containerd runs it as
-      containerd-shim-vmpod-v2, a link to this binary).
+      containerd-shim-vmpod-v2, a link to this binary); it asks the node
+      daemon (below, at $VMPOD_NODE_SOCKET) to run the pod's VM.
   vm-runtime cri [--listen unix:///run/vmpod/cri.sock] [--state-root /var/lib/vmpod]
                  [--cni-conf-dir /etc/cni/net.d] [--cni-bin-dir /opt/cni/bin,/usr/lib/cni]
                  [--stream-address 127.0.0.1:0] [--default-cgroup-parent /vmpod]
@@ -34,8 +35,8 @@ Usage:
                     [--qemu-uids FIRST:COUNT] [--disk-cap 20Gi] [--metrics-address HOST:PORT]
       The node daemon: every VM of the node (one libvirt, their checkpoints,
       exits, exec and console), served over the node API (ttrpc,
-      api/node/v1) on a root-only socket. A restarted daemon takes the
-      running VMs over.
+      api/node/v1) on a root-only socket to the containerd shims. A
+      restarted daemon takes the running VMs over.
   vm-runtime render -f pod.yaml [--capabilities caps.xml [--domain-capabilities domcaps.xml]]
       Print the libvirt domain XML the pod becomes on this node (or on the
       node whose capabilities are given). Exit 2 if the pod is invalid.
@@ -44,12 +45,7 @@ Usage:
       Keep the node's vmpod labels (docs/labels.md) in step with what its
       QEMU can run; in-cluster config without --kubeconfig.
 
-  vm-runtime hypervisor --root DIR [--caps-cache DIR] [--kvm-cache FILE] [--jailer PATH] [--pod]
-      The libvirt helper a pod's shim starts when it needs libvirt (the
-      shim itself links none): serves the shim on descriptor 3, opening
-      the embedded libvirt root DIR, until the shim hangs up.
-
-Called as vmpod-qemu (a link the shim makes), it is the jailer libvirt
+Called as vmpod-qemu (a link the daemon and the CRI server make), it is the jailer libvirt
 starts in place of QEMU: see pkg/jail.
 `
 
@@ -89,8 +85,6 @@ func run(argv0 string, args []string) int {
 		return daemonCmd(args[1:])
 	case "render":
 		return renderCmd(args[1:])
-	case "hypervisor":
-		return hypervisorCmd(args[1:])
 	case "labeller":
 		return labellerCmd(args[1:])
 	case "-h", "--help", "help":

@@ -9,8 +9,7 @@ import (
 )
 
 // Children are the running processes named comm (as /proc/PID/stat gives
-// it) whose parent is one of parents: e.g. the libvirt helpers
-// (vm-runtime) the shims started.
+// it; "" any name) whose parent is one of parents.
 func Children(parents []int, comm string) ([]int, error) {
 	dirs, err := os.ReadDir("/proc")
 	if err != nil {
@@ -29,7 +28,7 @@ func Children(parents []int, comm string) ([]int, error) {
 		// pid (comm) state ppid ...
 		s := string(stat)
 		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if open < 0 || end < open || s[open+1:end] != comm {
+		if open < 0 || end < open || (comm != "" && s[open+1:end] != comm) {
 			continue
 		}
 		f := strings.Fields(s[end+1:])

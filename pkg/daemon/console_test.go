@@ -3,6 +3,9 @@ package daemon
 import (
 	"bytes"
 	"testing"
+
+	node "github.com/vmpod/vmpod/api/node/v1"
+	"github.com/vmpod/vmpod/pkg/vm"
 )
 
 // TestConsoleBacklog: a reader gets what follows its offset in chunks of
@@ -50,5 +53,13 @@ func TestConsoleBacklog(t *testing.T) {
 	}
 	if data, _, _, done, _ = c.next(total - 3); string(data) != "xxx" || done {
 		t.Fatalf("a closed console with bytes left: %q, done %v", data, done)
+	}
+}
+
+// TestExecStdinLimit: the API's stdin limit, which the shim reads up to,
+// is what the guest agent takes (vm.MaxExecInput).
+func TestExecStdinLimit(t *testing.T) {
+	if node.MaxExecStdin != vm.MaxExecInput {
+		t.Errorf("node.MaxExecStdin = %d, vm.MaxExecInput = %d: they must be one limit", node.MaxExecStdin, vm.MaxExecInput)
 	}
 }

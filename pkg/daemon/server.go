@@ -259,6 +259,10 @@ func (s *Server) Exec(ctx context.Context, r *node.ExecRequest, ss node.VMs_Exec
 	if len(r.Args) == 0 {
 		return errgrpc.ToGRPC(fmt.Errorf("exec in %s: no command: %w", r.Id, errdefs.ErrInvalidArgument))
 	}
+	if len(r.Stdin) > node.MaxExecStdin {
+		return errgrpc.ToGRPC(fmt.Errorf("exec in %s: stdin is %d bytes, over %d: the QEMU guest agent takes it in one message: %w",
+			r.Id, len(r.Stdin), node.MaxExecStdin, errdefs.ErrInvalidArgument))
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	key := r.Id + "/" + r.ExecId

@@ -13,6 +13,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/containerd/ttrpc"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	node "github.com/vmpod/vmpod/api/node/v1"
 )
@@ -175,16 +176,26 @@ type ExecResult struct {
 	Stdout, Stderr []byte
 }
 
+// cancelWait bounds how long a cancelled Exec waits for the daemon to
+// end the command in the guest.
+const cancelWait = 15 * time.Second
+
 // Exec runs a command in the guest and gathers its output. ctx's end
-// cancels it in the daemon (which kills it in the guest).
+// cancels it in the daemon, which kills it in the guest; Exec returns
+// once that is done (or after cancelWait), so whoever cancelled finds the
+// command gone.
 func (c *Client) Exec(ctx context.Context, r *node.ExecRequest) (ExecResult, error) {
 	var res ExecResult
 	err := c.call(ctx, func(api node.VMsClient) error {
-		st, err := api.Exec(ctx, r)
+		// The stream outlives ctx until the daemon ended the command.
+		sctx, scancel := context.WithCancel(context.WithoutCancel(ctx))
+		defer scancel()
+		st, err := api.Exec(sctx, r)
 		if err != nil {
 			return err
 		}
 		stop := context.AfterFunc(ctx, func() {
+			time.AfterFunc(cancelWait, scancel)
 			// ttrpc does not carry a cancel: say it.
 			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
@@ -250,4 +261,35 @@ func (c *Client) ConsoleInput(ctx context.Context, id string, data []byte) error
 		_, err := api.ConsoleInput(ctx, &node.ConsoleInputRequest{Id: id, Data: data})
 		return err
 	})
+}
+
+func (c *Client) Pause(ctx context.Context, id string) error {
+	return c.call(ctx, func(api node.VMsClient) error { _, err := api.Pause(ctx, &node.IDRequest{Id: id}); return err })
+}
+
+func (c *Client) Resume(ctx context.Context, id string) error {
+	return c.call(ctx, func(api node.VMsClient) error { _, err := api.Resume(ctx, &node.IDRequest{Id: id}); return err })
+}
+
+// Update applies resources (the OCI LinuxResources, as containerd's task
+// Update carries them) to the running VM.
+func (c *Client) Update(ctx context.Context, id string, resources *anypb.Any) error {
+	return c.call(ctx, func(api node.VMsClient) error {
+		_, err := api.Update(ctx, &node.UpdateRequest{Id: id, Resources: resources})
+		return err
+	})
+}
+
+// Stats are the cgroup metrics of the VM's QEMU, as containerd's task
+// Stats carries them.
+func (c *Client) Stats(ctx context.Context, id string) (*anypb.Any, error) {
+	var stats *anypb.Any
+	err := c.call(ctx, func(api node.VMsClient) error {
+		r, err := api.Stats(ctx, &node.IDRequest{Id: id})
+		if err == nil {
+			stats = r.Stats
+		}
+		return err
+	})
+	return stats, err
 }

@@ -8,6 +8,6 @@
 // was (and says so in the output when the new daemon no longer has what
 // the old one had not yet sent).
 //
-// It may import api/node/v1, ttrpc, containerd's errdefs and the standard
-// library; no cgo: the shim links it.
+// It may import api/node/v1, ttrpc, protobuf's Any, containerd's errdefs
+// and the standard library; no cgo: the shim links it.
 package nodeclient

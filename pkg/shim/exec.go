@@ -18,11 +18,12 @@ import (
 	"github.com/containerd/typeurl/v2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/vmpod/vmpod/pkg/vm"
+	node "github.com/vmpod/vmpod/api/node/v1"
 )
 
 // execProcess is one `kubectl exec` (or exec probe) in the VM's guest: a
-// command the QEMU guest agent runs to completion (vm.Machine.Exec). Its
+// command the QEMU guest agent runs to completion, which the node daemon
+// runs (its one exec policy). Its
 // stdin, when given, is read to EOF before the command starts; its output
 // is written when it exits.
 type execProcess struct {
@@ -135,9 +136,10 @@ func (e *execProcess) run(ctx context.Context, publish func(any)) {
 	e.finish(status, publish)
 }
 
-// execute gathers stdin and runs the command. A failure to run it (no
-// agent, no such program) is the exec's stderr and exit status 126 or
-// 127, as a shell reports it.
+// execute gathers stdin and has the node daemon run the command, which
+// reports a command the guest cannot run as a shell does (exit status
+// 126 or 127, the reason on stderr); a failure to reach it (the daemon
+// away, the VM stopped under the command) is exit status 126 too.
 func (e *execProcess) execute(ctx context.Context) (uint32, []byte, []byte) {
 	var stdin []byte
 	if e.io.stdin != "" {
@@ -145,29 +147,23 @@ func (e *execProcess) execute(ctx context.Context) (uint32, []byte, []byte) {
 		if err != nil {
 			return 126, nil, []byte(fmt.Sprintf("vmpod: exec stdin: %v\n", err))
 		}
-		stdin, err = io.ReadAll(io.LimitReader(f, vm.MaxExecInput+1))
+		stdin, err = io.ReadAll(io.LimitReader(f, node.MaxExecStdin+1))
 		f.Close()
 		if err != nil {
 			return 126, nil, []byte(fmt.Sprintf("vmpod: exec stdin: %v\n", err))
 		}
-		if len(stdin) > vm.MaxExecInput {
-			return 126, nil, []byte(fmt.Sprintf("vmpod: exec stdin is over %d bytes: the QEMU guest agent takes it in one message\n", vm.MaxExecInput))
+		if len(stdin) > node.MaxExecStdin {
+			return 126, nil, []byte(fmt.Sprintf("vmpod: exec stdin is over %d bytes: the QEMU guest agent takes it in one message\n", node.MaxExecStdin))
 		}
 	}
-	res, err := e.v.vm.Exec(ctx, vm.ExecRequest{Args: e.proc.Args, Env: e.proc.Env, Stdin: stdin})
+	res, err := e.v.node.Exec(ctx, &node.ExecRequest{Id: e.v.id, ExecId: e.id, Args: e.proc.Args, Env: e.proc.Env, Stdin: stdin})
 	switch {
 	case err == nil:
-		stderr := res.Stderr
-		if res.Truncated {
-			stderr = append(stderr, []byte(fmt.Sprintf("\nvmpod: output cut at %d bytes a stream\n", vm.MaxExecOutput))...)
-		}
-		return uint32(res.ExitCode), res.Stdout, stderr
-	case errors.Is(err, context.Canceled):
+		return uint32(res.ExitCode), res.Stdout, res.Stderr
+	case ctx.Err() != nil:
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		return e.killed, nil, nil // cancelled only by kill
-	case errdefs.IsInvalidArgument(err):
-		return 127, nil, []byte("vmpod: " + err.Error() + "\n")
 	default:
 		return 126, nil, []byte("vmpod: " + err.Error() + "\n")
 	}
@@ -211,8 +207,8 @@ func (e *execProcess) finish(status uint32, publish func(any)) {
 
 // kill ends the exec with 128+sig. The Exec it cancels kills the command
 // in the guest and everything it started (SIGKILL whatever sig: the guest
-// agent's only way to signal is a kill run beside it, vm.Machine.Exec). With wait, kill returns once
-// that is done (within a few seconds, vm's bound), so whoever killed the
+// agent's only way to signal is a kill run beside it). With wait, kill
+// returns once that is done (within a few seconds, the daemon's bound), so whoever killed the
 // exec finds its command gone: containerd's ExecSync timeout (a probe's
 // timeoutSeconds) kills this way. The VM's end (endExecs) does not wait.
 func (e *execProcess) kill(sig uint32, publish func(any), wait bool) {

@@ -31,7 +31,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"
 
-	"github.com/vmpod/vmpod/internal/procmem"
 	"github.com/vmpod/vmpod/pkg/vmspec"
 )
 
@@ -54,7 +53,7 @@ func buildShim(t testing.TB) string {
 		atExit = append(atExit, func() { os.RemoveAll(dir) })
 		shimBinary.path = filepath.Join(dir, "containerd-shim-vmpod-v2")
 		// As make build builds them: the shim without cgo, and next to it
-		// vm-runtime, the libvirt helper the shim starts.
+		// vm-runtime, the node daemon.
 		shim := exec.Command("go", "build", "-o", shimBinary.path, "../../cmd/containerd-shim-vmpod-v2")
 		shim.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := shim.CombinedOutput(); err != nil {
@@ -134,34 +133,135 @@ type shimEnv struct {
 }
 
 func (e shimEnv) environ() []string {
-	// One capabilities cache for all the pods of a test binary, as a
-	// node has: only the first pod probes QEMU.
-	// The libvirt helper goes 1 s after its last call (5 s by default), so
-	// the tests see the pod run without it.
 	return append(os.Environ(), "TTRPC_ADDRESS="+e.containerd, "VMPOD_STATE_ROOT="+e.state,
-		"VMPOD_CAPS_CACHE="+filepath.Join(filepath.Dir(e.bin), "caps"), "VMPOD_LIBVIRT_HELPER_IDLE=1s")
+		"VMPOD_NODE_SOCKET="+daemonSocket(e.state))
 }
 
-// helpers are the running libvirt helpers (vm-runtime hypervisor) the
-// process shimPID started.
-func helpers(t testing.TB, shimPID int) []int {
+func daemonSocket(state string) string { return filepath.Join(state, "vmd.sock") }
+
+// nodeDaemon is the test binary's node daemon (vm-runtime daemon, built
+// beside the shim), which runs the VMs of every test's pods, with one
+// state root, as a node has one: only the first pod probes QEMU.
+type nodeDaemon struct {
+	bin, state, log string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd was reaped
+}
+
+var theDaemon struct {
+	once sync.Once
+	d    *nodeDaemon
+}
+
+// daemon is the node daemon, started on first use (and again after a
+// test killed it) and stopped when the test binary ends; its log is shown
+// when a test fails.
+func daemon(t testing.TB) *nodeDaemon {
 	t.Helper()
-	pids, err := procmem.Children([]int{shimPID}, "vm-runtime")
+	bin := filepath.Join(filepath.Dir(buildShim(t)), "vm-runtime")
+	theDaemon.once.Do(func() {
+		dir := filepath.Dir(bin)
+		theDaemon.d = &nodeDaemon{bin: bin, state: filepath.Join(dir, "state"), log: filepath.Join(dir, "daemon.log")}
+		atExit = append(atExit, theDaemon.d.stop)
+	})
+	d := theDaemon.d
+	d.ensure(t)
+	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(d.log)
+			t.Logf("node daemon log (last 8 KiB):\n%s", b[max(0, len(b)-8192):])
+		}
+	})
+	return d
+}
+
+// ensure starts the daemon unless it runs, and waits for its socket.
+func (d *nodeDaemon) ensure(t testing.TB) {
+	t.Helper()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cmd != nil {
+		select {
+		case <-d.exited:
+		default:
+			return // it runs
+		}
+	}
+	if err := os.MkdirAll(d.state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	logf, err := os.OpenFile(d.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return pids
+	defer logf.Close()
+	sock := daemonSocket(d.state)
+	os.Remove(sock)
+	cmd := exec.Command(d.bin, "daemon", "--socket", sock, "--state-root", d.state,
+		"--capabilities-cache", filepath.Join(filepath.Dir(d.bin), "caps"))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	d.cmd, d.exited = cmd, exited
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if c, err := net.Dial("unix", sock); err == nil {
+			c.Close()
+			return
+		}
+		select {
+		case <-exited:
+			b, _ := os.ReadFile(d.log)
+			t.Fatalf("vm-runtime daemon exited before it served %s:\n%s", sock, b)
+		default:
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(d.log)
+			t.Fatalf("vm-runtime daemon does not serve %s after a minute:\n%s", sock, b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
-// waitNoHelper waits until shimPID runs no libvirt helper.
-func waitNoHelper(t testing.TB, shimPID int, timeout time.Duration) {
+// kill sends the running daemon sig and waits until it is gone.
+func (d *nodeDaemon) kill(t testing.TB, sig syscall.Signal) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for len(helpers(t, shimPID)) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("shim %d still runs libvirt helpers %v %v after its last call", shimPID, helpers(t, shimPID), timeout)
-		}
-		time.Sleep(100 * time.Millisecond)
+	d.mu.Lock()
+	cmd, exited := d.cmd, d.exited
+	d.mu.Unlock()
+	if err := cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("vm-runtime daemon %d survived %v for 15 s", cmd.Process.Pid, sig)
+	}
+}
+
+// stop ends the daemon (SIGTERM: VMs still running keep running, and go
+// with their tests).
+func (d *nodeDaemon) stop() {
+	d.mu.Lock()
+	cmd, exited := d.cmd, d.exited
+	d.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		<-exited
 	}
 }
 

@@ -20,7 +20,6 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"github.com/vmpod/vmpod/pkg/node"
 	"github.com/vmpod/vmpod/pkg/vmspec"
 )
 
@@ -53,8 +52,8 @@ func (m *Manager) Name() string { return RuntimeName }
 
 // Start runs in the task's bundle dir. It groups every task of a pod into
 // one shim (by the CRI sandbox id) and starts that shim inside the pod's
-// network namespace, so QEMU, which libvirt starts from the shim, is in it
-// from its first instruction.
+// network namespace, where port-forward's catcher (portforward.go) must
+// run, with the node's namespace in hand.
 func (m *Manager) Start(ctx context.Context, params *bootapi.BootstrapParams) (_ *bootapi.BootstrapResult, retErr error) {
 	result := &bootapi.BootstrapResult{Version: 3, Protocol: "ttrpc"}
 	oci, err := readBundleSpec(".")
@@ -111,11 +110,6 @@ func (m *Manager) Start(ctx context.Context, params *bootapi.BootstrapParams) (_
 	}
 	cwd, err := os.Getwd()
 	if err != nil {
-		return nil, err
-	}
-	// Probe KVM here, in containerd's cgroup, so that the pod's shim reads
-	// the cached verdict and no probe guest is charged to the pod.
-	if _, err := node.CheckKVM(ctx, node.ProbeOptions{CacheFile: m.cfg.KVMCache}); err != nil {
 		return nil, err
 	}
 	// os.Executable is vm-runtime even when containerd ran us through the

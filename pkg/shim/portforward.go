@@ -10,7 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmpod/vmpod/pkg/portfwd"
-	"github.com/vmpod/vmpod/pkg/vm"
+	"github.com/vmpod/vmpod/pkg/vmspec"
 )
 
 // containerd serves port-forward (kubectl port-forward, crictl
@@ -63,7 +63,7 @@ func (p *pod) forwardLoopback(node nodeNetns) {
 	}
 	f, err := portfwd.Start(portfwd.Options{
 		NodeNetns: node.f,
-		Target:    func() (netip.Addr, error) { return portfwd.InterfaceIPv4(vm.DefaultPodInterface) },
+		Target:    func() (netip.Addr, error) { return portfwd.InterfaceIPv4(vmspec.PodInterface) },
 		// containerd reports each failure to the client; a pod that
 		// makes many must not fill the node's log.
 		OnError: func(err error) { logger.WithError(err).Debug("port-forward") },

@@ -14,11 +14,7 @@ import (
 func Run(argv0 string, args []string) {
 	// First: the node's namespace must not reach any child.
 	node := inheritNodeNetns()
-	cfg, err := ConfigFromEnv()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", RuntimeName, err)
-		os.Exit(1)
-	}
+	cfg := ConfigFromEnv()
 	// containerd 1.7 and CRI-O start shims the way pkg/shim refuses.
 	if done, err := startLegacy(context.Background(), NewManager(cfg), args); done {
 		if err != nil {
@@ -31,9 +27,7 @@ func Run(argv0 string, args []string) {
 	// containerd's shim package parses os.Args itself.
 	setArgs(argv0, args)
 	shim.RunShim(context.Background(), NewManager(cfg), func(c *shim.Config) {
-		// QEMU is libvirt's child and libvirt waits for it; a reaper in
-		// this process would steal those exit statuses. Without a
-		// subreaper an orphaned QEMU goes to init, as after a shim crash.
+		// The shim starts no process: its VM is the node daemon's.
 		c.NoSubreaper = true
 		c.NoReaper = true
 	})

@@ -23,6 +23,8 @@ import (
 	"github.com/containerd/typeurl/v2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/vmpod/vmpod/pkg/nodeclient"
 )
 
 // register adds the task service to the shim's plugins; call it before
@@ -55,6 +57,7 @@ type service struct {
 	publisher shim.Publisher
 	shutdown  shutdown.Service
 	nodeNetns nodeNetns // for port-forward (portforward.go)
+	node      *nodeclient.Client
 
 	mu    sync.Mutex
 	tasks map[string]*task
@@ -68,7 +71,7 @@ var (
 )
 
 func newService(ctx context.Context, cfg Config, p shim.Publisher, sd shutdown.Service) *service {
-	s := &service{ctx: ctx, cfg: cfg, publisher: p, shutdown: sd, tasks: map[string]*task{}}
+	s := &service{ctx: ctx, cfg: cfg, publisher: p, shutdown: sd, tasks: map[string]*task{}, node: nodeclient.New(cfg.Socket)}
 	sd.RegisterCallback(func(context.Context) error {
 		if address, err := shim.ReadAddress("address"); err == nil {
 			_ = shim.RemoveSocket(address)
@@ -345,7 +348,7 @@ func (s *service) Update(ctx context.Context, r *taskAPI.UpdateTaskRequest) (*em
 			return nil, fmt.Errorf("task %s: resources: %v: %w", r.ID, err, errdefs.ErrInvalidArgument)
 		}
 	}
-	if err := t.body.update(&res); err != nil {
+	if err := t.body.update(ctx, r.Resources); err != nil {
 		return nil, err
 	}
 	return &emptypb.Empty{}, nil
@@ -406,6 +409,7 @@ func (s *service) Shutdown(ctx context.Context, r *taskAPI.ShutdownRequest) (*em
 		p.close()
 		p.leaveCgroup()
 	}
+	s.node.Close()
 	s.shutdown.Shutdown()
 	return &emptypb.Empty{}, nil
 }

@@ -25,6 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/vmpod/vmpod/internal/procmem"
 	"github.com/vmpod/vmpod/internal/testguest"
 )
 
@@ -98,6 +99,7 @@ func (s *serial) has(marker string) bool {
 // podEnv is one pod run by the shim as containerd would run it.
 type podEnv struct {
 	env     shimEnv
+	daemon  *nodeDaemon
 	fc      *fakeContainerd
 	p       testPod
 	nodeNS  string
@@ -122,10 +124,10 @@ func newPodEnv(t testing.TB) *podEnv {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	e := &podEnv{}
 	e.fc = startFakeContainerd(t, dir)
-	// One state root for all the pods of a test binary, as a node has
-	// one: the jailer's link, and so its capabilities cache entry, stay
-	// the same from pod to pod. The pods run one after the other.
-	e.env = shimEnv{bin: buildShim(t), state: filepath.Join(filepath.Dir(buildShim(t)), "state"), containerd: e.fc.addr}
+	// One node daemon, and state root, for all the pods of a test
+	// binary, as a node has one. The pods run one after the other.
+	e.daemon = daemon(t)
+	e.env = shimEnv{bin: buildShim(t), state: e.daemon.state, containerd: e.fc.addr}
 	e.nodeNS, e.podNS, e.podIP = network(t)
 	e.p = testPod{
 		sandboxID: "sbx0123", vmID: "vm4567",
@@ -200,8 +202,9 @@ func (e *podEnv) shimPID(t testing.TB, ctx context.Context, c taskAPI.TTRPCTaskS
 
 // TestShimRunsVMPod plays containerd against the real shim binary: a pod
 // whose container is the test guest boots in a network namespace the test
-// made, answers HTTP on the pod IP, runs on with no libvirt in the shim's
-// reach, powers itself off with exit status 0, and leaves nothing behind.
+// made, answers HTTP on the pod IP, runs on while the node daemon is
+// killed and started again, powers itself off with exit status 0, and
+// leaves nothing behind.
 func TestShimRunsVMPod(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -280,29 +283,35 @@ func TestShimRunsVMPod(t *testing.T) {
 		t.Errorf("exec with a terminal: %v; want a refusal that names the missing TTY", err)
 	}
 
-	// The shim holds no libvirt while nothing asks for it: its helper went
-	// once the VM started (Settle), and QEMU runs on; the execs and the
-	// update above started none.
+	// The node daemon runs the VM: the shim starts no process.
 	shimPID := e.shimPID(t, ctx, c)
-	waitNoHelper(t, shimPID, 10*time.Second)
-	if !alive(int(qemuPID)) {
-		t.Fatalf("QEMU %d went with the libvirt helper", qemuPID)
+	if kids, err := procmem.Children([]int{shimPID}, ""); err != nil || len(kids) > 0 {
+		t.Errorf("the shim's children: %v, %v; want none", kids, err)
 	}
 
-	// An exec with no helper running talks to the guest agent's socket
-	// itself, starting no libvirt. The guest then powers itself off while
-	// no libvirt runs: the shim sees it on QEMU's monitor, and the
-	// container exits 0 as under libvirt.
-	coldExec := time.Now()
+	// The daemon is killed under the running VM and comes back: the VM
+	// runs on, the task stays running, exec works, and the console goes
+	// on where it was.
+	e.daemon.kill(t, syscall.SIGKILL)
+	if !alive(int(qemuPID)) {
+		t.Fatalf("QEMU %d went with the node daemon", qemuPID)
+	}
+	if _, errOut, status := execIn(t, ctx, c, e.p.vmID, "away", []string{"true"}, ""); status != 126 || !strings.Contains(errOut, "node daemon") {
+		t.Errorf("exec while the daemon is away: stderr %q, status %d; want 126 naming the node daemon", errOut, status)
+	}
+	e.daemon.ensure(t)
+	if st, err := c.State(ctx, &taskAPI.StateRequest{ID: e.p.vmID}); err != nil || st.Status != task.Status_RUNNING {
+		t.Fatalf("State after the daemon's restart = %v, %v; want running", st, err)
+	}
+	if out, errOut, status := execIn(t, ctx, c, e.p.vmID, "again", []string{"sh", "-c", "echo VMPOD-TEST: after the restart >/dev/console; echo again"}, ""); out != "again\n" || status != 0 {
+		t.Errorf("exec after the daemon's restart: stdout %q, stderr %q, status %d; want \"again\\n\", 0", out, errOut, status)
+	}
+	e.stdout.waitFor(t, "VMPOD-TEST: after the restart", 30*time.Second)
+
+	// The guest then powers itself off under the new daemon, and the
+	// container exits 0.
 	if _, errOut, status := execIn(t, ctx, c, e.p.vmID, "poweroff", []string{"sh", "-c", "(sleep 3; poweroff -f) >/dev/null 2>&1 </dev/null &"}, ""); status != 0 {
 		t.Fatalf("exec a delayed poweroff: stderr %q, status %d", errOut, status)
-	}
-	t.Logf("exec with no libvirt helper running: %v", time.Since(coldExec).Round(time.Millisecond))
-	if h := helpers(t, shimPID); len(h) > 0 {
-		t.Errorf("an exec with no helper running started libvirt helpers %v; the guest agent is reached directly", h)
-	}
-	if st, err := c.State(ctx, &taskAPI.StateRequest{ID: e.p.vmID}); err != nil || st.Status != task.Status_RUNNING {
-		t.Fatalf("State = %v, %v; want the VM still running when its helper has gone", st, err)
 	}
 	w, err := c.Wait(ctx, &taskAPI.WaitRequest{ID: e.p.vmID})
 	if err != nil || w.ExitStatus != 0 {
@@ -322,47 +331,6 @@ func TestShimRunsVMPod(t *testing.T) {
 			t.Errorf("containerd got no %s event", topic)
 		}
 	}
-}
-
-// TestShimStopsWithoutLibvirt: the kubelet's stop (SIGTERM: the ACPI
-// power button) of a running VM starts no libvirt helper: the shim
-// presses the button on QEMU's monitor and follows the power-off there,
-// so no helper runs beside a guest that has used its RAM (the overhead
-// model counts on it). The container exits 0, as under libvirt; the
-// delete that follows starts one, which cleans up after the QEMU it finds
-// gone.
-func TestShimStopsWithoutLibvirt(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	e := newPodEnv(t)
-	c, qemuPID := e.runPod(t, ctx)
-	e.stdout.waitFor(t, "VMPOD-GUEST: ready", 3*time.Minute)
-	shimPID := e.shimPID(t, ctx, c)
-	// Start settled the helper: it went right after the VM started.
-	waitNoHelper(t, shimPID, 5*time.Second)
-
-	if _, err := c.Kill(ctx, &taskAPI.KillRequest{ID: e.p.vmID, Signal: uint32(syscall.SIGTERM)}); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan *taskAPI.WaitResponse, 1)
-	go func() {
-		w, err := c.Wait(ctx, &taskAPI.WaitRequest{ID: e.p.vmID})
-		if err != nil {
-			t.Errorf("Wait: %v", err)
-		}
-		exited <- w
-	}()
-	var w *taskAPI.WaitResponse
-	for w == nil {
-		if h := helpers(t, shimPID); len(h) > 0 {
-			t.Fatalf("the stop started libvirt helpers %v", h)
-		}
-		select {
-		case w = <-exited:
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	e.poweredOff(t, ctx, c, w, qemuPID)
 }
 
 // poweredOff checks a VM's exit after the ACPI power button: status 0, the

@@ -11,7 +11,6 @@ import (
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
 	"github.com/containerd/containerd/v2/pkg/protobuf"
 	"github.com/containerd/errdefs"
-	"github.com/containerd/log"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -45,7 +44,8 @@ type body interface {
 	delete(ctx context.Context) error
 	pause(ctx context.Context) error
 	resume(ctx context.Context) error
-	update(r *specs.LinuxResources) error
+	// update applies new resources (the OCI LinuxResources).
+	update(ctx context.Context, resources *anypb.Any) error
 	stats(ctx context.Context) (*anypb.Any, error)
 	closeStdin()
 }
@@ -61,7 +61,7 @@ func (b sandboxBody) kill(_ context.Context, sig uint32, _ bool) error {
 	return nil
 }
 
-func (b sandboxBody) delete(context.Context) error { return b.t.svc.deleteSandbox(b.t) }
+func (b sandboxBody) delete(ctx context.Context) error { return b.t.svc.deleteSandbox(ctx, b.t) }
 
 func (b sandboxBody) pause(context.Context) error {
 	return fmt.Errorf("pausing the sandbox: %w", errdefs.ErrNotImplemented)
@@ -72,7 +72,7 @@ func (b sandboxBody) resume(context.Context) error {
 }
 
 // update: pod-level limits are the kubelet's, on the pod cgroup.
-func (b sandboxBody) update(*specs.LinuxResources) error { return nil }
+func (b sandboxBody) update(context.Context, *anypb.Any) error { return nil }
 
 func (b sandboxBody) stats(context.Context) (*anypb.Any, error) {
 	return nil, fmt.Errorf("task %s has no cgroup of its own: %w", b.t.id, errdefs.ErrNotFound)
@@ -106,15 +106,12 @@ func (s *service) create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 		t.body = sandboxBody{t}
 		return t, s.createSandbox(ctx, t, oci)
 	}
-	p, err := s.podFor(r.ID, nil)
-	if err != nil {
-		return nil, err
-	}
+	p := s.podFor(r.ID, nil)
 	if other := s.otherVM(r.ID); other != "" {
 		return nil, fmt.Errorf("spec.containers: a vmpod pod runs exactly one container, the VM, and %s is it: %w",
 			other, errdefs.ErrInvalidArgument)
 	}
-	v, err := createVM(ctx, p, r, oci, t)
+	v, err := createVM(ctx, s.node, p, r, oci, t)
 	if err != nil {
 		return nil, err
 	}
@@ -125,18 +122,13 @@ func (s *service) create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 // podFor returns the pod, making it on first use: the sandbox task makes it
 // with its own id; a VM task created without a sandbox (ctr run) makes a
 // pod of its own.
-func (s *service) podFor(id string, cgroup *podcgroup.Path) (*pod, error) {
+func (s *service) podFor(id string, cgroup *podcgroup.Path) *pod {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.pod != nil {
-		return s.pod, nil
+	if s.pod == nil {
+		s.pod = newPod(id, cgroup)
 	}
-	p, err := newPod(s.cfg, id, cgroup)
-	if err != nil {
-		return nil, err
-	}
-	s.pod = p
-	return p, nil
+	return s.pod
 }
 
 func (s *service) otherVM(id string) string {
@@ -150,10 +142,10 @@ func (s *service) otherVM(id string) string {
 	return ""
 }
 
-// createSandbox makes the pod: its state dir, and the shim enters the
-// sandbox's cgroup (a directory or a systemd scope under the pod's), so
-// that the shim, and QEMU until it moves into its own cgroup, are counted
-// against the pod's limits from their first page.
+// createSandbox makes the pod: the shim enters the sandbox's cgroup (a
+// directory or a systemd scope under the pod's), so that it is counted
+// against the pod's limits from its first page, and starts port-forward's
+// catcher.
 func (s *service) createSandbox(ctx context.Context, t *task, oci *specs.Spec) error {
 	var cg *podcgroup.Path
 	if oci.Linux != nil && oci.Linux.CgroupsPath != "" {
@@ -163,31 +155,13 @@ func (s *service) createSandbox(ctx context.Context, t *task, oci *specs.Spec) e
 		}
 		cg = &p
 	}
-	p, err := s.podFor(t.id, cg)
-	if err != nil {
-		return err
-	}
+	p := s.podFor(t.id, cg)
 	if cg != nil {
 		if _, err := podcgroup.Enter(*cg, os.Getpid(), podcgroup.Limits{}); err != nil {
 			return err
 		}
 	}
-	ckpt := checkpoint{ID: t.id, Kind: "sandbox", Bundle: t.bundle, PodDir: p.dir}
-	if cg != nil {
-		ckpt.Cgroup = cg.Raw
-	}
-	if err := ckpt.save(); err != nil {
-		return fmt.Errorf("checkpoint: %v: %w", err, errdefs.ErrInternal)
-	}
 	p.forwardLoopback(s.nodeNetns)
-	// libvirt opens while the kubelet pulls and checks the image, not after
-	// CreateContainer: the VM task's Create finds it open (or waits for it).
-	// Charged to the pod, as the shim has entered its cgroup.
-	go func() {
-		if _, err := p.env(context.WithoutCancel(ctx)); err != nil {
-			log.G(ctx).WithError(err).Warn("open libvirt for the pod")
-		}
-	}()
 	return t.st.update(func(st state) (state, error) {
 		st.Pid = uint32(os.Getpid())
 		return st, nil
@@ -242,20 +216,10 @@ func (t *task) delete(ctx context.Context) (state, error) {
 	return st, err
 }
 
-func (s *service) deleteSandbox(t *task) error {
-	s.mu.Lock()
-	p := s.pod
-	s.mu.Unlock()
-	if p == nil {
-		return nil
-	}
-	if err := removeCheckpoint(p.dir, t.id); err != nil {
-		return err
-	}
-	if len(remainingTasks(p.dir)) == 0 {
-		return p.remove()
-	}
-	return nil
+// deleteSandbox has the node daemon release the pod: its dir and its
+// QEMU uid, once its VM is removed.
+func (s *service) deleteSandbox(ctx context.Context, t *task) error {
+	return s.node.ReleasePod(ctx, t.id)
 }
 
 func (t *task) pause(ctx context.Context) error {

@@ -2,224 +2,151 @@ package shim
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
-	"path/filepath"
-	"sync/atomic"
 	"time"
 
 	eventstypes "github.com/containerd/containerd/api/events"
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
-	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
-	"github.com/containerd/typeurl/v2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/vmpod/vmpod/pkg/podcgroup"
-	"github.com/vmpod/vmpod/pkg/virt/remote"
-	"github.com/vmpod/vmpod/pkg/vm"
-	"github.com/vmpod/vmpod/pkg/vmspec"
+	node "github.com/vmpod/vmpod/api/node/v1"
+	"github.com/vmpod/vmpod/pkg/nodeclient"
 )
 
 // vmTask is the container task that is the VM: a translation of the task
-// API onto a vm.VM, which does the work.
+// API onto the node daemon's, which runs the VM.
 type vmTask struct {
-	vm      *vm.VM
-	hv      *remote.Client // the pod's libvirt, through helpers
+	id      string
+	podID   string // the sandbox's id; the VM's own without a sandbox (ctr run)
+	node    *nodeclient.Client
 	console *console
 	task    *task
-	ckpt    checkpoint
-	// pressing: a SIGTERM's power button is being pressed again
-	// (pressAgain).
-	pressing atomic.Bool
 }
 
-// createVM translates the task's OCI spec into a vm.Request and has pkg/vm
-// make the VM, up to a defined, not yet started domain; the task's
-// checkpoint records what the VM holds at each step (vm.Request.Record).
-func createVM(ctx context.Context, p *pod, r *taskAPI.CreateTaskRequest, oci *specs.Spec, t *task) (_ *vmTask, retErr error) {
-	spec, err := vmspec.FromOCI(oci)
+// createVM asks the node daemon to make the VM of the task's OCI spec, up
+// to a defined, not yet started domain, in the pod's network namespace,
+// and starts copying its console to the task's stdout.
+func createVM(ctx context.Context, nc *nodeclient.Client, p *pod, r *taskAPI.CreateTaskRequest, oci *specs.Spec, t *task) (_ *vmTask, retErr error) {
+	spec, err := json.Marshal(oci)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("task %s: its OCI spec: %v: %w", r.ID, err, errdefs.ErrInvalidArgument)
 	}
-	// QEMU runs in the container's cgroup or not at all: a VM is never
-	// left uncharged in the shim's cgroup.
-	var cgroupsPath string
-	var cpu *specs.LinuxCPU
-	if oci.Linux != nil {
-		cgroupsPath = oci.Linux.CgroupsPath
-		if oci.Linux.Resources != nil {
-			cpu = oci.Linux.Resources.CPU
-		}
-	}
-	cgPath, err := podcgroup.Parse(cgroupsPath)
+	c, err := openConsole(ctx, r.Stdin, r.Stdout, r.Stderr, r.Terminal)
 	if err != nil {
-		return nil, fmt.Errorf("the VM cannot be charged to its pod: %w", err)
-	}
-	v := &vmTask{task: t, ckpt: checkpoint{ID: r.ID, Kind: "vm", Bundle: r.Bundle, PodDir: p.dir}}
-	if v.console, err = openConsole(ctx, r.Stdin, r.Stdout, r.Stderr, r.Terminal); err != nil {
 		return nil, err
 	}
 	defer func() {
 		if retErr != nil {
-			v.console.close()
+			c.close()
 		}
 	}()
-	j, err := p.jail()
-	if err != nil {
+	req := &node.CreateRequest{Id: r.ID, PodId: p.id, Spec: spec, Bundle: r.Bundle, Netns: p.netns}
+	for _, m := range r.Rootfs {
+		req.Rootfs = append(req.Rootfs, &node.Mount{Type: m.Type, Source: m.Source, Target: m.Target, Options: m.Options})
+	}
+	if err := nc.Create(ctx, req); err != nil {
 		return nil, err
 	}
-	req := vm.Request{
-		Spec:   spec,
-		Layout: p.layout(),
-		Jail:   j,
-		Rootfs: filepath.Join(r.Bundle, "rootfs"),
-		Network: vm.Network{Netns: p.netns, ResolvConf: vm.MountSource(oci, "/etc/resolv.conf"),
-			Hostname: oci.Annotations[vmspec.CRISandboxName]},
-		BlockDevices: vm.BlockDevicesOf(oci),
-		InstanceID:   oci.Annotations[vmspec.CRISandboxUID],
-		Cgroup:       cgPath,
-		CPU:          cpu,
-		OOMScoreAdj:  oomScoreAdj(oci),
-		ConsoleOut:   v.console.output(),
-		Record:       v.record,
-	}
-	if ci := spec.CloudInit; ci != nil && ci.Volume != "" {
-		req.CloudInitDir = vm.MountSource(oci, ci.VolumeMountPath)
-	}
-	if len(r.Rootfs) > 0 {
-		req.RootfsMounts = mount.FromProto(r.Rootfs)
-	} else if oci.Root != nil && oci.Root.Path != "" {
-		req.Rootfs = oci.Root.Path
-		if !filepath.IsAbs(req.Rootfs) {
-			req.Rootfs = filepath.Join(r.Bundle, req.Rootfs)
-		}
-	}
-	if v.vm, err = vm.Create(ctx, req, p.env); err != nil {
-		return nil, err
-	}
-	v.hv = p.hv // opened by vm.Create (p.env)
+	v := &vmTask{id: r.ID, podID: p.id, node: nc, console: c, task: t}
+	c.follow(func(ctx context.Context, w consoleWriter) error { return nc.Console(ctx, r.ID, w) })
 	return v, nil
-}
-
-// record is the VM's vm.Request.Record: the task's checkpoint, which the
-// delete command replays after a dead shim; gone once nothing is held.
-func (v *vmTask) record(h vm.Held) error {
-	if h.Empty() {
-		return removeCheckpoint(v.ckpt.PodDir, v.ckpt.ID)
-	}
-	v.ckpt.Held = h
-	return v.ckpt.save()
 }
 
 // start boots the VM and connects the console's stdin.
 func (v *vmTask) start(ctx context.Context) (uint32, error) {
-	pid, err := v.vm.Start(ctx)
+	pid, err := v.node.Start(ctx, v.id)
 	if err != nil {
 		return 0, err
 	}
-	// Nothing needs libvirt until the pod's delete (a stop is sent on
-	// QEMU's monitor): its helper goes now, before the guest uses its RAM.
-	if v.hv != nil {
-		v.hv.Settle()
-	}
-	v.console.attach(v.vm.ConsoleInput(), v.vm.ConsoleDone())
-	log.G(ctx).WithField("phases", v.vm.Phases().String()).Infof("VM %s started", v.vm.Spec().Name)
+	v.console.feed(func(data []byte) error {
+		return v.node.ConsoleInput(context.Background(), v.id, data)
+	})
 	go v.wait()
-	return uint32(pid), nil
+	return pid, nil
 }
 
-// wait turns the VM's end into the task's exit.
+// wait turns the VM's end into the task's exit. It outlives the daemon's
+// restarts (nodeclient.Client.Wait).
 func (v *vmTask) wait() {
-	exit, err := v.vm.Wait(context.Background())
+	status, at := uint32(255), time.Now()
+	exit, err := v.node.Wait(context.Background(), v.id)
 	if err != nil {
-		log.L.WithError(err).Error("wait for the VM")
+		log.L.WithError(err).Errorf("wait for the VM of %s: the task ends with status %d", v.id, status)
+	} else {
+		status = exit.Status
+		if exit.ExitedAtUnixNano != 0 {
+			at = time.Unix(0, exit.ExitedAtUnixNano)
+		}
+		if exit.Reason == "OOMKilled" {
+			// The CRI marks a container OOMKilled when it saw TaskOOM before the exit.
+			v.task.svc.publish(&eventstypes.TaskOOM{ContainerID: v.id})
+		}
+		log.L.Infof("VM exited: %d %s: %s", exit.Status, exit.Reason, exit.Message)
 	}
 	v.console.drain(2 * time.Second)
-	if exit.Reason == "OOMKilled" {
-		// The CRI marks a container OOMKilled when it saw TaskOOM before the exit.
-		v.task.svc.publish(&eventstypes.TaskOOM{ContainerID: v.ckpt.ID})
-	}
-	log.L.Infof("VM exited: %d %s: %s", exit.Status, exit.Reason, exit.Message)
 	v.console.close()
-	v.task.onExit(exit.Status, time.Now())
+	v.task.onExit(status, at)
 }
 
+// kill: SIGTERM and SIGINT press the ACPI power button (again and again,
+// in the daemon, until the VM stops: a booting guest loses a press, and
+// containerd sends SIGTERM once), SIGKILL stops the VM hard. A VM that
+// never started ends now with 128+signal.
 func (v *vmTask) kill(ctx context.Context, sig uint32, created bool) error {
+	if sig == 0 {
+		_, err := v.node.Get(ctx, v.id) // is it there?
+		return err
+	}
 	if created {
-		// Never started: the task ends now, and the defined VM with it.
+		if err := v.node.Kill(ctx, v.id, sig); err != nil {
+			return err
+		}
+		v.console.close()
 		v.task.onExit(128+sig, time.Now())
-		return v.vm.Kill(ctx)
+		return nil
 	}
 	switch unix.Signal(sig) {
 	case unix.SIGTERM, unix.SIGINT:
-		if err := v.vm.Shutdown(ctx); err != nil {
-			return err
-		}
-		v.pressAgain(ctx)
-		return nil
+		return v.node.Shutdown(ctx, v.id)
 	case unix.SIGKILL:
-		return v.vm.Kill(ctx)
-	case 0:
-		return nil
+		return v.node.Kill(ctx, v.id, sig)
 	default:
 		return fmt.Errorf("signal %d: a VM takes SIGTERM or SIGINT (ACPI power button) and SIGKILL (hard stop): %w",
 			sig, errdefs.ErrInvalidArgument)
 	}
 }
 
-// shutdownPressFor bounds how long a SIGTERM's power button is pressed
-// again: past the grace period a kubelet gives by default (30 s) and any
-// guest's boot, after which one press is heard.
-const shutdownPressFor = 10 * time.Minute
+func (v *vmTask) pause(ctx context.Context) error  { return v.node.Pause(ctx, v.id) }
+func (v *vmTask) resume(ctx context.Context) error { return v.node.Resume(ctx, v.id) }
+func (v *vmTask) closeStdin()                      { v.console.closeStdin() }
 
-// pressAgain presses the power button again, in the background, until the
-// VM stops (vm.VM.PressUntilStopped), for at most shutdownPressFor: a
-// guest still booting when containerd sends SIGTERM loses that press, and
-// containerd sends SIGTERM once, then SIGKILL when its grace period ends.
-// One loop per VM, however many SIGTERMs come.
-func (v *vmTask) pressAgain(ctx context.Context) {
-	if !v.pressing.CompareAndSwap(false, true) {
-		return
-	}
-	go func() {
-		defer v.pressing.Store(false)
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownPressFor)
-		defer cancel()
-		if _, err := v.vm.PressUntilStopped(ctx); err != nil && ctx.Err() == nil {
-			log.G(ctx).WithError(err).Warnf("VM of %s: pressing the power button again", v.task.id)
-		}
-	}()
+func (v *vmTask) update(ctx context.Context, resources *anypb.Any) error {
+	return v.node.Update(ctx, v.id, resources)
 }
 
-func (v *vmTask) pause(ctx context.Context) error      { return v.vm.Suspend(ctx) }
-func (v *vmTask) resume(ctx context.Context) error     { return v.vm.Resume(ctx) }
-func (v *vmTask) closeStdin()                          { v.console.closeStdin() }
-func (v *vmTask) update(r *specs.LinuxResources) error { return v.vm.Update(r) }
+func (v *vmTask) stats(ctx context.Context) (*anypb.Any, error) { return v.node.Stats(ctx, v.id) }
 
-func (v *vmTask) stats(context.Context) (*anypb.Any, error) {
-	m, err := v.vm.Stats()
-	if err != nil {
-		return nil, err
-	}
-	return typeurl.MarshalAnyToProto(m)
-}
-
-// delete removes the VM and all it holds; the checkpoint goes with the
-// last of it (record).
+// delete has the daemon remove the VM (stopping it hard if it runs) and
+// all it holds; a VM the daemon no longer has is gone already. A VM
+// without a sandbox (ctr run) is its own pod, released with it.
 func (v *vmTask) delete(ctx context.Context) error {
 	v.console.close()
-	return v.vm.Delete(ctx)
+	return removeVM(ctx, v.node, v.id, v.podID == v.id)
 }
 
-// oomScoreAdj is the container's oom_score_adj as containerd's CRI wrote
-// it from the kubelet's (already clamped to containerd's own when it runs
-// with restrict_oom_score_adj); nil when the spec has none.
-func oomScoreAdj(oci *specs.Spec) *int {
-	if oci.Process == nil {
-		return nil
+// removeVM has the daemon remove the VM id, and release its pod too when
+// it is the VM's own; what the daemon no longer has is gone already.
+func removeVM(ctx context.Context, nc *nodeclient.Client, id string, ownPod bool) error {
+	if err := nc.Remove(ctx, id); err != nil && !errdefs.IsNotFound(err) {
+		return err
 	}
-	return oci.Process.OOMScoreAdj
+	if ownPod {
+		return nc.ReleasePod(ctx, id)
+	}
+	return nil
 }

@@ -37,7 +37,7 @@ type Network struct {
 // The pod interface CNI makes, and the tap beside it, unless a Network
 // names others.
 const (
-	DefaultPodInterface = "eth0"
+	DefaultPodInterface = vmspec.PodInterface
 	DefaultTap          = "vmpod0"
 )
 

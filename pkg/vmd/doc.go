@@ -36,23 +36,17 @@
 //
 // Done: the CRI server's VMs are this package's (pkg/cri keeps the CRI's
 // own); `vm-runtime daemon` serves this Service over the node API
-// (api/node/v1, pkg/daemon) and takes running VMs over at start;
-// pkg/nodeclient is the shim's client of it (Unavailable while the daemon
-// is away; Wait and Console wait for it and resume). pkg/daemon's
-// TestNodeAPI drives a real VM through it across a daemon restart.
+// (api/node/v1, pkg/daemon) and takes running VMs over at start; the
+// containerd shim is a translator of the task API onto it (pkg/shim over
+// pkg/nodeclient): no libvirt, no pkg/vm in it; pkg/virt/remote and
+// `vm-runtime hypervisor` are gone. The daemon runs under the test
+// harnesses (pkg/shim's, internal/testenv/containerd's), local-up's
+// containerd node, and on installed nodes as the vm-runtime-daemon
+// systemd unit the installer writes. pkg/shim's TestShimRunsVMPod kills
+// the daemon under a running VM and checks the VM, exec and the console
+// across its restart.
 //
 // To do, in order:
-//   - The shim onto the daemon: vmTask's Create/Start/Kill/Delete/Stats/
-//     Update/exec over pkg/nodeclient (the console copied to containerd's
-//     FIFOs by nodeclient.Console, stdin to ConsoleInput), the delete
-//     command asking the daemon to Remove and ReleasePod instead of
-//     replaying a checkpoint; pkg/virt/remote, `vm-runtime hypervisor`
-//     and the shim's checkpoints go. The shim's sandbox keeps the netns,
-//     its cgroup and port-forward's BPF catcher.
-//   - Running the daemon: manifests (the installer writes and starts a
-//     systemd unit on kind's nodes, or a DaemonSet), hack/local-up.sh's
-//     containerd node, test/containerd's and pkg/shim's harnesses,
-//     test/nodevm; docs/install.md.
 //   - QEMU is forked by the daemon, so its start-up memory is charged to
 //     the daemon's cgroup until the VM's prepare step moves it (the shim
 //     path charged it to the pod): the jailer should join the container's
@@ -61,9 +55,10 @@
 //     served (pkg/cri/doc.go): no libvirt call in a pod's namespace (the
 //     tap made and opened in the node's, moved into the pod's; QEMU
 //     entering it in its jailer).
-//   - The daemon SIGKILL e2e with 5 VM pods on each kind of node, the
-//     start-cost profile of the qemu phase, the per-pod cost table, the
-//     CRI's ListPodSandboxMetrics.
+//   - The daemon SIGKILL e2e with 5 VM pods on each kind of node
+//     (test/containerd and test/e2e), the start-cost profile of the qemu
+//     phase, the per-pod cost table (shim and daemon PSS at 10 and 50
+//     pods), the CRI's ListPodSandboxMetrics.
 //
 // It may import pkg/vm, pkg/vmspec, pkg/node and pkg/node/embedded (to
 // open the node's hypervisor), pkg/virt, pkg/podcgroup, pkg/jail,

@@ -23,6 +23,10 @@ const (
 	CRIContainerTypeCntr = "container"
 )
 
+// PodInterface is the interface the CRI's CNI call makes in a pod's
+// network namespace, whose address is the pod IP the guest takes over.
+const PodInterface = "eth0"
+
 // FromOCI builds the Spec from the OCI runtime spec of the VM's container task,
 // as containerd hands it to a shim: the pod's vmpod.io/ annotations (passed
 // through with pod_annotations = ["vmpod.io/*"]), io.kubernetes.cri.* facts,

@@ -38,10 +38,10 @@ type Overhead struct {
 //
 //   - Fixed: 56.2 + 1.4 (the residual) + 8 for the shim (7.7 MiB PSS per
 //     pod with 10 pods, BenchmarkShimFootprint, 2026-12-03) = 65.6,
-//     rounded up: 66 MiB. The libvirt helper is not in it: it runs only
-//     while no guest has used its RAM (a VM's create and start, then
-//     Settle; its delete, QEMU gone), never beside a running guest, whose
-//     stop goes to QEMU's monitor (pkg/virt/remote).
+//     rounded up: 66 MiB (measured with the shim of the step before the
+//     node daemon, which ran libvirt in a helper on demand; the shim has
+//     only lost code since). libvirt is the node daemon's, in a cgroup of
+//     its own, not the pod's.
 //   - Per GiB: QEMU's page tables for guest RAM, 2.34 measured (2 MiB per
 //     GiB with or without transparent huge pages: the kernel deposits a
 //     page table page per huge page), plus TCG's per-page bookkeeping,

@@ -29,9 +29,9 @@ func TestCrictlVMPodContainerd17(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(state) })
 	c := containerd.Start(t, containerd.Options{
-		Release: containerd.Containerd17,
-		ShimDir: shimDir(t),
-		Env:     []string{"VMPOD_STATE_ROOT=" + state, "VMPOD_CAPS_CACHE=" + filepath.Join(state, "caps")},
+		Release:  containerd.Containerd17,
+		ShimDir:  shimDir(t),
+		VMDaemon: &containerd.VMDaemon{StateRoot: state},
 	})
 	c.ImportImage(t, testguest.Archive(t))
 

@@ -139,7 +139,7 @@ func TestCrictlRefusesHostileImages(t *testing.T) {
 	h := newHostSide(t)
 	c := containerd.Start(t, containerd.Options{
 		ShimDir:    shimDir(t),
-		Env:        []string{"VMPOD_STATE_ROOT=" + state, "VMPOD_CAPS_CACHE=" + filepath.Join(state, "caps")},
+		VMDaemon:   &containerd.VMDaemon{StateRoot: state},
 		CRITimeout: time.Minute,
 	})
 

@@ -45,8 +45,8 @@ func TestCrictlPortForward(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(state) })
 	c := containerd.Start(t, containerd.Options{
-		ShimDir: shimDir(t),
-		Env:     []string{"VMPOD_STATE_ROOT=" + state, "VMPOD_CAPS_CACHE=" + filepath.Join(state, "caps")},
+		ShimDir:  shimDir(t),
+		VMDaemon: &containerd.VMDaemon{StateRoot: state},
 	})
 	c.ImportImage(t, testguest.Archive(t))
 

@@ -24,7 +24,7 @@ import (
 // repo, with the test guest imported.
 type vmNode struct {
 	c *containerd.Containerd
-	// state is the shims' VMPOD_STATE_ROOT.
+	// state is the node daemon's state root.
 	state string
 }
 
@@ -41,9 +41,9 @@ func startVMNode(b testing.TB, pkg string, env []string) *vmNode {
 	}
 	b.Cleanup(func() { os.RemoveAll(state) })
 	c := containerd.Start(b, containerd.Options{
-		ShimDir: buildShimDir(b, pkg),
-		Env: append([]string{"VMPOD_STATE_ROOT=" + state, "VMPOD_CAPS_CACHE=" + filepath.Join(state, "caps")},
-			env...),
+		ShimDir:  buildShimDir(b, pkg),
+		Env:      env,
+		VMDaemon: &containerd.VMDaemon{StateRoot: state},
 	})
 	c.ImportImage(b, testguest.Archive(b))
 	return &vmNode{c: c, state: state}

@@ -57,6 +57,10 @@ type Options struct {
 	LogLevel string
 	// Env is added to containerd's environment, which every shim inherits.
 	Env []string
+	// VMDaemon, when set, is the node daemon the vmpod shims ask to run
+	// their VMs (vmdaemon.go): it runs before containerd, beside it, and
+	// stops at Close.
+	VMDaemon *VMDaemon
 	// ExtraConfig is TOML appended to config.toml: new tables only (TOML
 	// refuses a table defined twice).
 	ExtraConfig string
@@ -121,11 +125,13 @@ type Containerd struct {
 	inst *instance
 	env  []string
 
-	mu      sync.Mutex
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	waitErr error
-	closed  bool
+	mu           sync.Mutex
+	cmd          *exec.Cmd
+	exited       chan struct{}
+	waitErr      error
+	closed       bool
+	daemon       *exec.Cmd     // the node daemon (VMDaemon); nil without one
+	daemonExited chan struct{} // closed when daemon was reaped
 }
 
 // Start runs containerd for the test and registers its cleanup. It fails
@@ -270,6 +276,13 @@ func Start(t testing.TB, opts Options) *Containerd {
 	}
 	c.env = append(filteredEnviron("PATH"), "PATH="+strings.Join(path, ":"))
 	c.env = append(c.env, opts.Env...)
+	if opts.VMDaemon != nil {
+		d := *opts.VMDaemon
+		c.opts.VMDaemon = &d
+		c.daemonDefaults()
+		c.env = append(c.env, "VMPOD_NODE_SOCKET="+c.DaemonSocket())
+		c.StartDaemon(t)
+	}
 
 	c.start(t)
 	c.ImportImage(t, pause)
@@ -491,6 +504,9 @@ func (c *Containerd) Close() error {
 	c.mu.Unlock()
 	var errs []error
 	if err := c.stop(10 * time.Second); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.stopDaemon(syscall.SIGTERM, 10*time.Second); err != nil {
 		errs = append(errs, err)
 	}
 	if err := c.inst.teardown(); err != nil {

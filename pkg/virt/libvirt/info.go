@@ -2,7 +2,6 @@ package libvirt
 
 import (
 	"context"
-	"encoding/xml"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -197,51 +196,4 @@ func bestVirtType(caps *libvirtxml.Caps, arch string) string {
 		}
 	}
 	return "qemu"
-}
-
-// Sockets are the unix sockets of a running domain's QEMU: its QMP
-// monitor and, if the domain has one, its guest agent channel ("" if not),
-// and the domain's log (QEMU's stderr and libvirt's lines about it),
-// from the live status libvirt keeps in <root>/run/qemu/<name>.xml, so
-// that another process can use them while no libvirt does
-// (pkg/virt/remote). FailedPrecondition when the domain does not run,
-// NotImplemented on a connection without a root (the test driver has no
-// QEMU).
-func (c *Conn) Sockets(name string) (monitor, agent, log string, err error) {
-	if c.root == "" {
-		return "", "", "", fmt.Errorf("sockets of %s: %w: no QEMU on this connection", subject(name), errdefs.ErrNotImplemented)
-	}
-	b, err := os.ReadFile(filepath.Join(c.root, "run", "qemu", name+".xml"))
-	if errors.Is(err, fs.ErrNotExist) {
-		return "", "", "", fmt.Errorf("sockets of %s: %w: not running", subject(name), errdefs.ErrFailedPrecondition)
-	}
-	if err != nil {
-		return "", "", "", fmt.Errorf("sockets of %s: %w: %v", subject(name), errdefs.ErrInternal, err)
-	}
-	var status struct {
-		Monitor struct {
-			Path string `xml:"path,attr"`
-			Type string `xml:"type,attr"`
-		} `xml:"monitor"`
-		Domain struct {
-			Channels []struct {
-				Type   string `xml:"type,attr"`
-				Source struct {
-					Path string `xml:"path,attr"`
-				} `xml:"source"`
-				Target struct {
-					Name string `xml:"name,attr"`
-				} `xml:"target"`
-			} `xml:"devices>channel"`
-		} `xml:"domain"`
-	}
-	if err := xml.Unmarshal(b, &status); err != nil || status.Monitor.Type != "unix" || status.Monitor.Path == "" {
-		return "", "", "", fmt.Errorf("sockets of %s: %w: no unix monitor in libvirt's status (%v)", subject(name), errdefs.ErrInternal, err)
-	}
-	for _, ch := range status.Domain.Channels {
-		if ch.Type == "unix" && ch.Target.Name == "org.qemu.guest_agent.0" {
-			agent = ch.Source.Path
-		}
-	}
-	return status.Monitor.Path, agent, filepath.Join(c.root, "log", "qemu", name+".log"), nil
 }
