@@ -174,8 +174,10 @@ func TestKindDefaults(t *testing.T) {
 // TestInstallerOnKindNodeConfig runs the installer as its DaemonSet does
 // (manifests/installer/vmpod-installer.sh against a scratch host root) on
 // kind's node containerd config: the vmpod runtime is added next to kind's
-// runc, containerd 2.4.2 (when built) loads the result, and uninstall gives
-// kind's config back byte for byte.
+// runc, containerd 2.4.2 (when built) loads the result, the node daemon's
+// unit is written (kind's nodes run systemd; with RESTART_CONTAINERD=none
+// nothing starts it here), a second install changes neither, and uninstall
+// gives kind's config back byte for byte and removes the unit.
 func TestInstallerOnKindNodeConfig(t *testing.T) {
 	kindConfig := kindNodeConfig(t)
 	host := t.TempDir()
@@ -203,10 +205,27 @@ func TestInstallerOnKindNodeConfig(t *testing.T) {
 			t.Fatalf("installer %s: %v\n%s", mode, err, out)
 		}
 	}
+	unitPath := filepath.Join(host, "etc", "systemd", "system", "vm-runtime-daemon.service")
+	wantUnit, err := os.ReadFile(filepath.Join("..", "..", "manifests", "systemd", "vm-runtime-daemon.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	run("install")
 	b, err := os.ReadFile(cfgPath)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if unit, err := os.ReadFile(unitPath); err != nil || string(unit) != string(wantUnit) {
+		t.Errorf("the daemon's unit on the node is not manifests/systemd/vm-runtime-daemon.service (%v):\n%s", err, unit)
+	} else if argv := execStart(string(unit)); len(argv) < 4 || strings.Join(argv[:4], " ") != "/opt/vmpod/bin/vm-runtime daemon --socket /run/vmpod/vmd.sock" {
+		t.Errorf("the daemon's unit runs %q, want /opt/vmpod/bin/vm-runtime daemon --socket /run/vmpod/vmd.sock ...", argv)
+	}
+	run("install")
+	if again, _ := os.ReadFile(cfgPath); string(again) != string(b) {
+		t.Errorf("a second install changed kind's config:\n%s", again)
+	}
+	if unit, _ := os.ReadFile(unitPath); string(unit) != string(wantUnit) {
+		t.Errorf("a second install changed the daemon's unit:\n%s", unit)
 	}
 	var node map[string]any
 	if _, err := toml.Decode(string(b), &node); err != nil {
@@ -227,6 +246,19 @@ func TestInstallerOnKindNodeConfig(t *testing.T) {
 	if after, err := os.ReadFile(cfgPath); err != nil || string(after) != kindConfig {
 		t.Errorf("after uninstall kind's config is not as kind wrote it (%v):\n%s", err, after)
 	}
+	if _, err := os.Lstat(unitPath); !os.IsNotExist(err) {
+		t.Errorf("uninstall left the daemon's unit (err %v)", err)
+	}
+}
+
+// execStart is a unit's ExecStart command line (continuation lines joined).
+func execStart(unit string) []string {
+	for l := range strings.SplitSeq(strings.ReplaceAll(unit, "\\\n", " "), "\n") {
+		if rest, ok := strings.CutPrefix(l, "ExecStart="); ok {
+			return strings.Fields(rest)
+		}
+	}
+	return nil
 }
 
 // containerdDump has containerd load config and returns what it made of it.

@@ -1,8 +1,10 @@
 #!/bin/sh
 # vmpod node installer, in the manner of kata-deploy: run by the
 # vmpod-installer DaemonSet with the host's root filesystem at $HOST_ROOT,
-# it puts the shim on the host and the vmpod runtime handler into the
-# host's containerd (or CRI-O) configuration, and takes both out again.
+# it puts vm-runtime and the shim on the host, starts the node daemon
+# (vm-runtime daemon, the systemd unit vm-runtime-daemon) that runs the
+# node's VMs, puts the vmpod runtime handler into the host's containerd
+# (or CRI-O) configuration, and takes all of it out again.
 #
 #   vmpod-installer.sh install     install (idempotent) and exit
 #   vmpod-installer.sh uninstall   remove what install added and exit
@@ -24,8 +26,21 @@
 #   CONTAINERD_BIN_DIR        where the host's containerd binary is, for the
 #                             shim's link (below) [asked of the host]
 #   CRIO_CONFIG_DIR           CRI-O's drop-in dir on the host [/etc/crio/crio.conf.d]
-#   RESTART_CONTAINERD        systemctl (restart containerd, or crio, on the host
-#                             through PID 1's mount namespace) or none [systemctl]
+#   RESTART_CONTAINERD        whether the installer runs systemctl on the host
+#                             (through PID 1's mount namespace) at all [systemctl]:
+#                             systemctl: install starts (or restarts) the node
+#                             daemon's unit and waits for its socket, then
+#                             restarts containerd (or crio) when its config
+#                             changed; uninstall restarts containerd (or crio)
+#                             and stops and disables the daemon.
+#                             none: no systemctl; the unit and the config are
+#                             written or removed and the log says what to start,
+#                             stop or restart by hand
+#   VMPOD_DAEMON_UNIT         the node daemon's unit file to install [beside this
+#                             script, where the DaemonSet's ConfigMap puts it, else
+#                             ../systemd/vm-runtime-daemon.service, as in a checkout]
+#   VMPOD_DAEMON_WAIT         seconds install waits for the daemon's socket after
+#                             starting it [30]
 #   CHECK_HOST                true: refuse to install where QEMU or libvirt's
 #                             QEMU driver is missing [true]
 #   VMPOD_RUN_MODE            what `run` does before it waits: install or
@@ -49,6 +64,20 @@
 # the VM's task, takes the VM for gone and the kubelet starts the
 # container again. Uninstall removes the link (only the installer's).
 #
+# The node daemon: every VM of the node runs under `vm-runtime daemon`
+# (manifests/systemd/vm-runtime-daemon.service, which the DaemonSet's
+# ConfigMap carries beside this script, so the unit has one source), and
+# the shim dials it on /run/vmpod/vmd.sock (the unit's --socket). Install
+# writes the unit to /etc/systemd/system/vm-runtime-daemon.service (its
+# ExecStart's /opt/vmpod moved to VMPOD_DIR), then
+# (RESTART_CONTAINERD=systemctl) daemon-reload, enable, and restart it when
+# vm-runtime or the unit changed since the installer last started it (or it
+# is not active), and waits (VMPOD_DAEMON_WAIT, 30 s) for its socket, all
+# before containerd restarts: a shim must find it. Restarting it leaves the
+# VMs running (the daemon adopts them; KillMode=process). A unit of that
+# name the installer did not write stops the install. Uninstall stops and
+# disables the installer's unit and removes it.
+#
 # The runtime goes into containerd's config as one block between marker
 # lines, in the layout of the file's `version`: version 2 (containerd 1.7,
 # and 2.x reading an old file) or version 3+ (containerd 2.x). Uninstall
@@ -68,10 +97,16 @@ RESTART_CONTAINERD=${RESTART_CONTAINERD:-systemctl}
 CHECK_HOST=${CHECK_HOST:-true}
 VMPOD_RUN_MODE=${VMPOD_RUN_MODE:-install}
 VMPOD_UNINSTALL_ON_STOP=${VMPOD_UNINSTALL_ON_STOP:-false}
+VMPOD_DAEMON_WAIT=${VMPOD_DAEMON_WAIT:-30}
+if [ -z "${VMPOD_DAEMON_UNIT:-}" ]; then
+	VMPOD_DAEMON_UNIT=$(dirname "$0")/vm-runtime-daemon.service
+	[ -f "$VMPOD_DAEMON_UNIT" ] || VMPOD_DAEMON_UNIT=$(dirname "$0")/../systemd/vm-runtime-daemon.service
+fi
 
 BEGIN='# BEGIN vmpod runtime (added by the vmpod installer; removed on uninstall)'
 END='# END vmpod runtime'
 SHIM=containerd-shim-vmpod-v2
+DAEMON=vm-runtime-daemon
 
 log() { echo "vmpod-installer: $*" >&2; }
 die() {
@@ -87,6 +122,13 @@ crio_dropin=$(host "$CRIO_CONFIG_DIR/50-vmpod.conf")
 case $CONTAINER_RUNTIME in
 containerd | crio) ;;
 *) die "CONTAINER_RUNTIME=$CONTAINER_RUNTIME: want containerd or crio" ;;
+esac
+case $RESTART_CONTAINERD in
+systemctl | none) ;;
+*) die "RESTART_CONTAINERD=$RESTART_CONTAINERD: want systemctl or none" ;;
+esac
+case $VMPOD_DAEMON_WAIT in
+'' | *[!0-9]*) die "VMPOD_DAEMON_WAIT=$VMPOD_DAEMON_WAIT: want a number of seconds" ;;
 esac
 
 # on_host CMD...: run a host command in the host's mount namespace (the
@@ -176,13 +218,16 @@ check_host() {
 install_shim() {
 	bindir=$(host "$VMPOD_DIR/bin")
 	mkdir -p "$bindir"
-	# Copy then rename: a running shim keeps its old inode.
-	cp "$VMPOD_BIN" "$bindir/.vm-runtime.tmp"
-	chmod 0755 "$bindir/.vm-runtime.tmp"
-	mv "$bindir/.vm-runtime.tmp" "$bindir/vm-runtime"
+	# Copy then rename: a running shim or daemon keeps its old inode. The
+	# same binary is left as it is.
+	if ! cmp -s "$VMPOD_BIN" "$bindir/vm-runtime"; then
+		cp "$VMPOD_BIN" "$bindir/.vm-runtime.tmp"
+		chmod 0755 "$bindir/.vm-runtime.tmp"
+		mv "$bindir/.vm-runtime.tmp" "$bindir/vm-runtime"
+	fi
 	if [ -f "$VMPOD_SHIM_BIN" ]; then
 		# The shim alone (cmd/containerd-shim-vmpod-v2): one process per
-		# VM pod, without libvirt, which it runs in vm-runtime when it needs it
+		# VM pod, without libvirt; the node daemon runs its VM
 		# (docs/shim-memory.md).
 		cp "$VMPOD_SHIM_BIN" "$bindir/.$SHIM.tmp"
 		chmod 0755 "$bindir/.$SHIM.tmp"
@@ -191,6 +236,111 @@ install_shim() {
 		ln -sfn vm-runtime "$bindir/$SHIM"
 	fi
 	log "installed $VMPOD_DIR/bin/vm-runtime and $SHIM"
+}
+
+# The node daemon's unit (see the top). The installer records that it
+# wrote the unit, so uninstall removes only its own; and the checksum of
+# vm-runtime and the unit it last (re)started the daemon with, so a re-run
+# with neither changed leaves the daemon (and its VMs' adoption) alone.
+unit_path=/etc/systemd/system/$DAEMON.service
+unit=$(host "$unit_path")
+unit_wants=$(host "/etc/systemd/system/multi-user.target.wants/$DAEMON.service")
+unit_record=$(host "$VMPOD_DIR/.daemon-unit")
+daemon_started=$(host "$VMPOD_DIR/.daemon-started")
+
+# daemon_socket: the installed unit's --socket, which is the shim's
+# default ($VMPOD_NODE_SOCKET unset) too.
+daemon_socket() {
+	s=$(sed -n '/^[[:space:]]*#/!s/.*--socket[[:space:]]\{1,\}\([^[:space:]\\]*\).*/\1/p' "$unit" | head -n 1)
+	echo "${s:-/run/vmpod/vmd.sock}"
+}
+
+install_unit() {
+	[ -f "$VMPOD_DAEMON_UNIT" ] ||
+		die "no $VMPOD_DAEMON_UNIT: the node daemon's unit (manifests/systemd/vm-runtime-daemon.service) goes beside this script; set VMPOD_DAEMON_UNIT to it"
+	new=$(mktemp)
+	# The unit as it is, but for where VMPOD_DIR puts vm-runtime.
+	sed "s|^ExecStart=/opt/vmpod/bin/|ExecStart=$VMPOD_DIR/bin/|" "$VMPOD_DAEMON_UNIT" >"$new"
+	if [ -f "$unit" ] && cmp -s "$new" "$unit"; then
+		rm -f "$new"
+		if [ -f "$unit_record" ]; then
+			log "$unit_path is up to date"
+		else
+			log "$unit_path is in place and not the installer's: uninstall leaves it"
+		fi
+		return 0
+	fi
+	if { [ -e "$unit" ] || [ -L "$unit" ]; } && [ ! -f "$unit_record" ]; then
+		rm -f "$new"
+		die "$unit_path exists and is not the installer's; remove it first (change the daemon's flags with a drop-in: systemctl edit $DAEMON)"
+	fi
+	mkdir -p "$(dirname "$unit")" "$(dirname "$unit_record")"
+	cp "$new" "$unit.vmpod-tmp"
+	rm -f "$new"
+	chmod 0644 "$unit.vmpod-tmp"
+	mv "$unit.vmpod-tmp" "$unit"
+	: >"$unit_record"
+	log "wrote $unit_path"
+}
+
+# start_daemon: (re)start the daemon when vm-runtime or its unit changed
+# since the installer last started it, or it is not active; then wait for
+# its socket. Before containerd restarts: the shims dial it.
+start_daemon() {
+	case $RESTART_CONTAINERD in
+	none)
+		log "$DAEMON not started (RESTART_CONTAINERD=none): start it before $CONTAINER_RUNTIME runs VM pods: systemctl daemon-reload && systemctl enable $DAEMON && systemctl restart $DAEMON"
+		return 0
+		;;
+	esac
+	sock=$(daemon_socket)
+	sum=$(cat "$(host "$VMPOD_DIR/bin/vm-runtime")" "$unit" | cksum)
+	if [ -f "$daemon_started" ] && [ "$(cat "$daemon_started")" = "$sum" ] &&
+		on_host systemctl is-active --quiet "$DAEMON"; then
+		log "$DAEMON already runs this vm-runtime and unit"
+	else
+		rm -f "$daemon_started"
+		on_host systemctl daemon-reload || die "systemctl daemon-reload failed"
+		on_host systemctl enable --quiet "$DAEMON" || die "systemctl enable $DAEMON failed"
+		# A socket left by a daemon that was killed would pass the wait
+		# below before the new one listens.
+		rm -f "$(host "$sock")"
+		log "(re)starting $DAEMON (running VMs keep running: it adopts them)"
+		on_host systemctl restart "$DAEMON" ||
+			die "systemctl restart $DAEMON failed; see journalctl -u $DAEMON"
+	fi
+	i=0
+	until [ -S "$(host "$sock")" ]; do
+		if [ "$i" -ge "$VMPOD_DAEMON_WAIT" ]; then
+			state=$(on_host systemctl is-active "$DAEMON" || true)
+			die "$DAEMON ($state) made no socket $sock in ${VMPOD_DAEMON_WAIT}s; see journalctl -u $DAEMON"
+		fi
+		sleep 1
+		i=$((i + 1))
+	done
+	echo "$sum" >"$daemon_started"
+	log "$DAEMON serves $sock"
+}
+
+# uninstall_daemon: stop, disable and remove the installer's unit (a unit
+# it did not write stays, running).
+uninstall_daemon() {
+	rm -f "$daemon_started"
+	[ -f "$unit_record" ] || return 0
+	if [ "$RESTART_CONTAINERD" = systemctl ]; then
+		# The VMs it runs keep running (KillMode=process); their pods are
+		# gone by now (docs/install.md).
+		on_host systemctl disable --now --quiet "$DAEMON" ||
+			log "warning: systemctl disable --now $DAEMON failed; see journalctl -u $DAEMON"
+	else
+		log "$DAEMON not stopped (RESTART_CONTAINERD=none): if it runs, stop it: systemctl stop $DAEMON && systemctl daemon-reload"
+	fi
+	if [ -L "$unit_wants" ] && [ "$(readlink "$unit_wants")" = "$unit_path" ]; then rm -f "$unit_wants"; fi
+	rm -f "$unit" "$unit.vmpod-tmp" "$unit_record"
+	if [ "$RESTART_CONTAINERD" = systemctl ]; then
+		on_host systemctl daemon-reload || log "warning: systemctl daemon-reload failed"
+	fi
+	log "removed $unit_path"
 }
 
 # The link to the shim next to containerd's binary (see the top), and
@@ -340,6 +490,8 @@ restart_containerd() {
 do_install() {
 	check_host
 	install_shim
+	install_unit
+	start_daemon
 	changed=false
 	if [ "$CONTAINER_RUNTIME" = crio ]; then
 		configure_crio
@@ -354,6 +506,7 @@ do_uninstall() {
 	changed=false
 	if [ "$CONTAINER_RUNTIME" = crio ]; then unconfigure_crio; else unconfigure; fi
 	if [ "$changed" = true ]; then restart_containerd; fi
+	uninstall_daemon
 	unlink_shim
 	bindir=$(host "$VMPOD_DIR/bin")
 	rm -f "$bindir/$SHIM" "$bindir/vm-runtime" "$bindir/.vm-runtime.tmp" "$bindir/.$SHIM.tmp"

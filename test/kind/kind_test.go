@@ -107,6 +107,13 @@ func TestKind(t *testing.T) {
 			t.Fatalf("%s: the installer's block is in containerd's config %s times, want once", n, strings.TrimSpace(got))
 		}
 	}
+	// The installer starts the node daemon, which runs the VMs, before it
+	// restarts containerd.
+	for _, n := range []string{controlPlane, worker} {
+		e.waitFor(t, n+"'s vm-runtime-daemon active", 2*time.Minute, func() bool {
+			return strings.TrimSpace(e.node(t, n, "systemctl is-active vm-runtime-daemon || true")) == "active"
+		})
+	}
 	// The labeller's libvirt probes start QEMUs; none may stay a zombie.
 	for _, n := range []string{controlPlane, worker} {
 		if z := e.node(t, n, "ps -eo stat=,comm= | awk '$1 ~ /^Z/ && $2 ~ /qemu/' | wc -l"); strings.TrimSpace(z) != "0" {
@@ -315,9 +322,11 @@ echo "qemu=$qemu shims=$shims taps=$taps poddirs=$(ls /var/lib/vmpod/pods 2>/dev
 `
 
 // nodeFacts is what uninstall must give back as it was: containerd's
-// config, byte for byte, what is in /opt, and containerd running.
+// config, byte for byte, what is in /opt, containerd running, and no
+// vm-runtime-daemon unit, running or not.
 func (e *env) nodeFacts(t *testing.T, node string) string {
-	return e.node(t, node, "sha256sum /etc/containerd/config.toml; ls -A /opt; systemctl is-active containerd")
+	return e.node(t, node, "sha256sum /etc/containerd/config.toml; ls -A /opt; systemctl is-active containerd; "+
+		"echo vm-runtime-daemon $(systemctl is-active vm-runtime-daemon) $(ls /etc/systemd/system | grep -c vm-runtime-daemon)")
 }
 
 // qemuPIDs lists the VMs' QEMU processes of a node (not the labeller's

@@ -6,7 +6,8 @@
 // model and the label the labeller writes, the scheduler's
 // KubeSchedulerConfiguration is loaded by the scheduler's own code with
 // VMPlacement registered, and the installer script is run against
-// containerd 1.7- and 2.x-style configs.
+// containerd 1.7- and 2.x-style configs, writing and starting the node
+// daemon's unit (with a fake systemctl).
 //
 // The apiserver comes from internal/testenv/controlplane. The tests may
 // import pkg/vmspec, pkg/scheduler/vmplacement and internal/testenv, and

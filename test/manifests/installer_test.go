@@ -21,9 +21,10 @@ var (
 
 // TestInstallerScript runs manifests/installer/vmpod-installer.sh as the
 // installer DaemonSet does, against a scratch host root: the shim is put in
-// /opt/vmpod/bin, the vmpod runtime is added to containerd's config in the
-// layout of the file's version, a second install changes nothing, and
-// uninstall leaves the config byte for byte as it was. Where containerd
+// /opt/vmpod/bin, the node daemon's unit in /etc/systemd/system, the vmpod
+// runtime is added to containerd's config in the layout of the file's
+// version, a second install changes nothing, and uninstall removes the
+// unit and leaves the config byte for byte as it was. Where containerd
 // 2.4.2 is built (_output/bin, hack/containerd/install.sh), containerd
 // itself reads each result, and containerd 1.7 (_output/containerd-1.7/bin,
 // hack/containerd/install-1.7.sh) each version 2 result.
@@ -89,12 +90,31 @@ func TestInstallerScript(t *testing.T) {
 				t.Errorf("the shim's link next to containerd: %q, %v; want -> /opt/vmpod/bin/containerd-shim-vmpod-v2", link, err)
 			}
 			containerdReads(t, root, cfgPath, slices.Equal(tc.path, v2Path))
+			checkDaemonUnit(t, host)
+			unitPath := filepath.Join(host, daemonUnitOnHost)
+			unitBefore, _ := os.Stat(unitPath)
+			binBefore, _ := os.Stat(filepath.Join(host, "opt", "vmpod", "bin", "vm-runtime"))
 
-			if out := run("install"); !strings.Contains(out, "already has the vmpod runtime") {
-				t.Errorf("second install changed the config:\n%s", out)
+			out := run("install")
+			for _, w := range []string{"already has the vmpod runtime", "vm-runtime-daemon.service is up to date"} {
+				if !strings.Contains(out, w) {
+					t.Errorf("second install does not say %q:\n%s", w, out)
+				}
 			}
 			if again, _ := os.ReadFile(cfgPath); string(again) != string(got) {
 				t.Errorf("second install changed the config")
+			}
+			// Neither the unit nor the binary the daemon runs is written again.
+			unitAfter, _ := os.Stat(unitPath)
+			binAfter, _ := os.Stat(filepath.Join(host, "opt", "vmpod", "bin", "vm-runtime"))
+			if unitBefore == nil || unitAfter == nil || !os.SameFile(unitBefore, unitAfter) || !unitAfter.ModTime().Equal(unitBefore.ModTime()) {
+				t.Errorf("second install wrote the daemon's unit again")
+			}
+			if binBefore == nil || binAfter == nil || !os.SameFile(binBefore, binAfter) {
+				t.Errorf("second install copied vm-runtime again")
+			}
+			if !strings.Contains(out, "vm-runtime-daemon not started (RESTART_CONTAINERD=none)") {
+				t.Errorf("install with RESTART_CONTAINERD=none does not say the daemon must be started:\n%s", out)
 			}
 
 			run("uninstall")
@@ -107,6 +127,9 @@ func TestInstallerScript(t *testing.T) {
 			}
 			if _, err := os.Stat(filepath.Join(host, "opt", "vmpod")); !os.IsNotExist(err) {
 				t.Errorf("uninstall left /opt/vmpod (err %v)", err)
+			}
+			if _, err := os.Lstat(unitPath); !os.IsNotExist(err) {
+				t.Errorf("uninstall left /%s (err %v)", daemonUnitOnHost, err)
 			}
 			if _, err := os.Lstat(filepath.Join(binDir, "containerd-shim-vmpod-v2")); !os.IsNotExist(err) {
 				t.Errorf("uninstall left the shim's link next to containerd (err %v)", err)

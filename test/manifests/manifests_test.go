@@ -163,7 +163,9 @@ func applier(t *testing.T, cfg *restclient.Config) func(o *unstructured.Unstruct
 // TestEveryFileIsApplied keeps manifests/ and its kustomization in step: a
 // manifest that kustomization.yaml does not name would never be applied
 // (nor tested here). manifests/systemd/ holds a node's files, not the
-// cluster's: cmd/vm-runtime tests its unit against the flags.
+// cluster's: cmd/vm-runtime tests the cri unit against the flags, and the
+// daemon's unit reaches the nodes in the installer's ConfigMap
+// (TestDaemonUnitReachesTheNodes).
 func TestEveryFileIsApplied(t *testing.T) {
 	dir := filepath.Join(repo.Root(t), "manifests")
 	b, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))

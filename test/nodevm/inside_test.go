@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -204,12 +205,32 @@ KillMode=process
 	// vm-runtime at /usr/local/bin, the ConfigMap's script at its mount.
 	// containerd runs from the repo, which the node sees read-only: the
 	// shim's link goes to /usr/local/bin, on containerd's PATH.
+	// It starts the node daemon (the unit vm-runtime-daemon) before it
+	// restarts containerd. Should the test stop before its uninstall, the
+	// daemon goes too: the next subtests count vm-runtime processes.
+	t.Cleanup(func() {
+		if _, err := os.Stat(daemonUnitFile); err == nil {
+			_ = exec.Command("systemctl", "disable", "--now", daemonUnit).Run()
+			os.Remove(daemonUnitFile)
+			_ = exec.Command("systemctl", "daemon-reload").Run()
+		}
+	})
 	installer := startInstaller(t, repo, "CONTAINERD_BIN_DIR=/usr/local/bin")
 	waitFor(t, "the installer to add the vmpod runtime and restart containerd", 2*time.Minute, func() bool {
 		out, err := crictl("info")
 		return err == nil && strings.Contains(out, `"vmpod"`) && strings.Contains(readFile(t, "/etc/containerd/config.toml"), "io.containerd.vmpod.v2")
 	})
-	fact("systemd: containerd from kind's config, vmpod installed by the DaemonSet's script in %.1fs", time.Since(start).Seconds())
+	if st := unitState(daemonUnit); st != "active" {
+		journal, _ := exec.Command("journalctl", "-u", daemonUnit, "--no-pager", "-n", "30").CombinedOutput()
+		t.Fatalf("systemctl is-active %s after install: %s, want active\n%s", daemonUnit, st, journal)
+	}
+	if fi, err := os.Stat(daemonSocket); err != nil || fi.Mode().Type() != os.ModeSocket {
+		t.Errorf("no node daemon socket %s after install: %v", daemonSocket, err)
+	}
+	if out, err := exec.Command("systemctl", "is-enabled", daemonUnit).Output(); strings.TrimSpace(string(out)) != "enabled" {
+		t.Errorf("systemctl is-enabled %s after install: %q, %v", daemonUnit, out, err)
+	}
+	fact("systemd: containerd from kind's config, vmpod installed by the DaemonSet's script in %.1fs; %s active", time.Since(start).Seconds(), daemonUnit)
 
 	ctr := func(args ...string) string {
 		return sh(t, append([]string{filepath.Join(bin, "ctr"), "-n", "k8s.io"}, args...)...)
@@ -257,7 +278,7 @@ KillMode=process
 	mustCrictl("rmp", podID)
 
 	waitFor(t, "the pod's processes and scopes to go", 30*time.Second, func() bool {
-		return len(procs("qemu-system-x86", "vm-runtime")) == 0 &&
+		return len(podProcs(t)) == 0 &&
 			strings.TrimSpace(sh(t, "systemctl", "list-units", "--all", "--plain", "--no-legend", "cri-containerd-*")) == ""
 	})
 	if sub := subdirs(filepath.Join("/sys/fs/cgroup", sliceDir)); len(sub) > 0 {
@@ -277,15 +298,33 @@ KillMode=process
 	if got := readFile(t, "/etc/containerd/config.toml"); !strings.Contains(got, "io.containerd.vmpod.v2") {
 		t.Errorf("the installer's pod stopping took vmpod out of containerd's config:\n%s", got)
 	}
+	if st := unitState(daemonUnit); st != "active" {
+		t.Errorf("the installer's pod stopping left %s %s, want active", daemonUnit, st)
+	}
 	// The documented uninstall: the DaemonSet's pod with
 	// VMPOD_RUN_MODE=uninstall takes vmpod out again.
 	uninstaller := startInstaller(t, repo, "VMPOD_RUN_MODE=uninstall", "CONTAINERD_BIN_DIR=/usr/local/bin")
 	waitFor(t, "the installer to take vmpod out of containerd's config", 2*time.Minute, func() bool {
 		return readFile(t, "/etc/containerd/config.toml") == kindConfig
 	})
+	// It stops and disables the daemon and removes its unit after
+	// containerd's config (its log says "uninstalled" last).
+	waitFor(t, "the installer to remove "+daemonUnitFile, time.Minute, func() bool {
+		_, err := os.Stat(daemonUnitFile)
+		return os.IsNotExist(err)
+	})
+	if st := unitState(daemonUnit); st == "active" || st == "activating" {
+		t.Errorf("systemctl is-active %s after uninstall: %s", daemonUnit, st)
+	}
+	if _, err := os.Lstat("/etc/systemd/system/multi-user.target.wants/" + daemonUnit + ".service"); !os.IsNotExist(err) {
+		t.Errorf("uninstall left %s enabled (err %v)", daemonUnit, err)
+	}
 	must(t, uninstaller.Process.Signal(syscall.SIGTERM))
 	if err := waitExit(uninstaller, time.Minute); err != nil {
 		t.Errorf("the uninstalling installer did not stop cleanly: %v", err)
+	}
+	if left := procs("vm-runtime"); len(left) > 0 {
+		t.Errorf("vm-runtime processes after uninstall: %v", left)
 	}
 	fact("systemd: whole run %.1fs", time.Since(start).Seconds())
 }
@@ -379,11 +418,13 @@ func startInstaller(t *testing.T, repo string, env ...string) *exec.Cmd {
 	if hostMount == "" || scriptMount == "" {
 		t.Fatalf("the installer's mounts changed: %+v", c.VolumeMounts)
 	}
-	// The image's binary and the ConfigMap's script, where the container
-	// has them.
+	// The image's binary and the ConfigMap's files (the script and the
+	// node daemon's unit beside it), where the container has them.
 	copyFile(t, filepath.Join(nodevm.ShareDir, "vm-runtime"), "/usr/local/bin/vm-runtime", 0o755)
 	must(t, os.MkdirAll(scriptMount, 0o755))
-	copyFile(t, filepath.Join(repo, "manifests", "installer", "vmpod-installer.sh"), filepath.Join(scriptMount, "vmpod-installer.sh"), 0o644)
+	for _, f := range installerConfigMapFiles(t, repo) {
+		copyFile(t, filepath.Join(repo, "manifests", f), filepath.Join(scriptMount, filepath.Base(f)), 0o644)
+	}
 	must(t, os.MkdirAll(hostMount, 0o755))
 
 	cmdline := strings.Join(quoteAll(append(c.Command, c.Args...)), " ")
@@ -407,6 +448,53 @@ func startInstaller(t *testing.T, repo string, env ...string) *exec.Cmd {
 		}
 	})
 	return cmd
+}
+
+// installerConfigMapFiles are the files manifests/kustomization.yaml puts
+// into the installer's ConfigMap, relative to manifests/.
+func installerConfigMapFiles(t *testing.T, repo string) []string {
+	t.Helper()
+	var k struct {
+		ConfigMapGenerator []struct {
+			Name  string   `json:"name"`
+			Files []string `json:"files"`
+		} `json:"configMapGenerator"`
+	}
+	must(t, yaml.Unmarshal([]byte(readFile(t, filepath.Join(repo, "manifests", "kustomization.yaml"))), &k))
+	for _, g := range k.ConfigMapGenerator {
+		if g.Name == "vmpod-installer" {
+			return g.Files
+		}
+	}
+	t.Fatal("manifests/kustomization.yaml makes no vmpod-installer ConfigMap")
+	return nil
+}
+
+// The node daemon's unit, as the installer installs it.
+const (
+	daemonUnit     = "vm-runtime-daemon"
+	daemonUnitFile = "/etc/systemd/system/vm-runtime-daemon.service"
+	daemonSocket   = "/run/vmpod/vmd.sock"
+)
+
+// unitState is `systemctl is-active UNIT`: active, inactive, failed...
+func unitState(unit string) string {
+	out, _ := exec.Command("systemctl", "is-active", unit).Output() // non-zero unless active
+	return strings.TrimSpace(string(out))
+}
+
+// podProcs are the QEMUs and vm-runtime processes of the node's pods: not
+// the node daemon, which outlives them.
+func podProcs(t *testing.T) []string {
+	t.Helper()
+	daemon := "-"
+	if out, err := exec.Command("systemctl", "show", "--property", "MainPID", "--value", daemonUnit).Output(); err == nil {
+		daemon = strings.TrimSpace(string(out))
+	}
+	return slices.DeleteFunc(procs("qemu-system-x86", "vm-runtime"), func(p string) bool {
+		pid, _, _ := strings.Cut(p, ":")
+		return pid == daemon
+	})
 }
 
 // startSlice makes the pod's slice over D-Bus with a memory limit, as the
