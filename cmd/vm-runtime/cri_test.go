@@ -15,23 +15,10 @@ import (
 // with cri's flags: its command line parses, and it says what the
 // defaults are, as its header claims.
 func TestCRIUnitFlags(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(repo.Root(t), "manifests", "systemd", "vm-runtime-cri.service"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var line string
-	for l := range strings.SplitSeq(strings.ReplaceAll(string(b), "\\\n", " "), "\n") {
-		if rest, ok := strings.CutPrefix(l, "ExecStart="); ok {
-			line = rest
-		}
-	}
-	argv := strings.Fields(line)
-	if len(argv) < 2 || filepath.Base(argv[0]) != "vm-runtime" || argv[1] != "cri" {
-		t.Fatalf("ExecStart=%s: want vm-runtime cri ...", line)
-	}
-	got, gotListen, _, code := criFlags(argv[2:])
+	argv := unitArgs(t, "vm-runtime-cri.service", "cri")
+	got, gotListen, _, code := criFlags(argv)
 	if code != 0 {
-		t.Fatalf("the unit's flags %q do not parse (exit %d)", argv[2:], code)
+		t.Fatalf("the unit's flags %q do not parse (exit %d)", argv, code)
 	}
 	want, wantListen, _, _ := criFlags(nil)
 	if gotListen != wantListen {
@@ -53,4 +40,25 @@ func TestCRIFlagsCgroupDriver(t *testing.T) {
 	if _, _, _, code := criFlags([]string{"--cgroup-driver", "sytemd"}); code != 2 {
 		t.Errorf("--cgroup-driver sytemd: exit %d, want 2", code)
 	}
+}
+
+// unitArgs are the flags the systemd unit (manifests/systemd/unit) gives
+// `vm-runtime sub`.
+func unitArgs(t *testing.T, unit, sub string) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repo.Root(t), "manifests", "systemd", unit))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var line string
+	for l := range strings.SplitSeq(strings.ReplaceAll(string(b), "\\\n", " "), "\n") {
+		if rest, ok := strings.CutPrefix(l, "ExecStart="); ok {
+			line = rest
+		}
+	}
+	argv := strings.Fields(line)
+	if len(argv) < 2 || filepath.Base(argv[0]) != "vm-runtime" || argv[1] != sub {
+		t.Fatalf("%s: ExecStart=%s: want vm-runtime %s ...", unit, line, sub)
+	}
+	return argv[2:]
 }

@@ -8,12 +8,10 @@ import (
 	"os/signal"
 	"syscall"
 
+	node "github.com/vmpod/vmpod/api/node/v1"
 	"github.com/vmpod/vmpod/pkg/daemon"
 	"github.com/vmpod/vmpod/pkg/vmd"
 )
-
-// DefaultNodeAPISocket is where vm-runtime daemon serves the node API.
-const DefaultNodeAPISocket = "/run/vmpod/vmd.sock"
 
 func daemonCmd(args []string) int {
 	cfg, socket, metricsAddr, code := daemonFlags(args)
@@ -46,7 +44,7 @@ func daemonCmd(args []string) int {
 // exit code of a bad command line.
 func daemonFlags(args []string) (vmd.Config, string, string, int) {
 	fs := flag.NewFlagSet("daemon", flag.ContinueOnError)
-	socket := fs.String("socket", DefaultNodeAPISocket, "the node API's unix socket (root only), which the containerd shims dial")
+	socket := fs.String("socket", node.DefaultSocket, "the node API's unix socket (root only), which the containerd shims dial")
 	vf := addVMFlags(fs, "pods' dirs, libvirt's root and checkpoints (on disk: VM disk overlays live there)")
 	metricsAddr := fs.String("metrics-address", "", "host:port to serve Prometheus metrics of the node's VMs at /metrics (docs/metrics.md); none by default")
 	if err := fs.Parse(args); err != nil {

@@ -2,22 +2,20 @@ package shim
 
 import (
 	"os"
+
+	node "github.com/vmpod/vmpod/api/node/v1"
 )
 
 // Config is where the shim finds things. containerd starts shims with its
 // own environment, so these come from containerd's environment.
 type Config struct {
 	// Socket is the node daemon's API (`vm-runtime daemon`), which runs
-	// every VM of the node ($VMPOD_NODE_SOCKET, DefaultNodeSocket).
+	// every VM of the node ($VMPOD_NODE_SOCKET, node.DefaultSocket).
 	Socket string
 	// StateRoot holds the shims' sockets when containerd names no dir
 	// for them ($VMPOD_STATE_ROOT, /var/lib/vmpod).
 	StateRoot string
 }
-
-// DefaultNodeSocket is where `vm-runtime daemon` serves the node API by
-// default.
-const DefaultNodeSocket = "/run/vmpod/vmd.sock"
 
 // ConfigFromEnv reads the Config from the environment.
 func ConfigFromEnv() Config {
@@ -29,7 +27,7 @@ func (c Config) withDefaults() Config {
 		c.StateRoot = "/var/lib/vmpod"
 	}
 	if c.Socket == "" {
-		c.Socket = DefaultNodeSocket
+		c.Socket = node.DefaultSocket
 	}
 	return c
 }

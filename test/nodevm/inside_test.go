@@ -340,8 +340,8 @@ func cgroupfsNode(t *testing.T, fact func(string, ...any)) {
 	must(t, err)
 	t.Cleanup(func() { os.RemoveAll(state) })
 	c := containerd.Start(t, containerd.Options{
-		ShimDir: shimDir,
-		Env:     []string{"VMPOD_STATE_ROOT=" + state, "VMPOD_CAPS_CACHE=" + filepath.Join(state, "caps")},
+		ShimDir:  shimDir,
+		VMDaemon: &containerd.VMDaemon{Bin: filepath.Join(nodevm.ShareDir, "vm-runtime"), StateRoot: state},
 	})
 	c.ImportImage(t, testguest.Archive(t))
 	pod := c.NewPodConfig("guest", "default", "7e57-0002", nil)

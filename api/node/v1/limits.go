@@ -4,3 +4,7 @@ package node
 // agent takes a command's input in one message. The daemon refuses more
 // (InvalidArgument); pkg/daemon's tests hold it to pkg/vm's limit.
 const MaxExecStdin = 1 << 20
+
+// DefaultSocket is where `vm-runtime daemon` serves the node API and the
+// shims look for it, unless told otherwise.
+const DefaultSocket = "/run/vmpod/vmd.sock"
