@@ -231,15 +231,7 @@ func TestInstallerDaemonUnitOwner(t *testing.T) {
 // and its journal; uninstall restarts containerd, then stops and disables
 // the daemon and removes its unit.
 func TestInstallerStartsDaemon(t *testing.T) {
-	orig, err := os.ReadFile(filepath.Join("testdata", "containerd-2.x.toml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := t.TempDir()
-	cfgPath := filepath.Join(host, "etc", "containerd", "config.toml")
-	writeFile(t, cfgPath, orig, 0o644)
-	bin := filepath.Join(host, "image", "vm-runtime")
-	writeFile(t, bin, []byte("#!/bin/sh\n"), 0o755)
+	host, cfgPath, bin, orig := scratchHost(t)
 	fake := fakeHostTools(t)
 	run := func(mode string) (string, []string, error) {
 		t.Helper()

@@ -76,15 +76,7 @@ func TestInstallerRefusesBrokenMarkers(t *testing.T) {
 // DaemonSet set to VMPOD_RUN_MODE=uninstall takes it off; and with
 // VMPOD_UNINSTALL_ON_STOP=true stopping uninstalls.
 func TestInstallerRunStops(t *testing.T) {
-	orig, err := os.ReadFile(filepath.Join("testdata", "containerd-2.x.toml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := t.TempDir()
-	cfgPath := filepath.Join(host, "etc", "containerd", "config.toml")
-	writeFile(t, cfgPath, orig, 0o644)
-	bin := filepath.Join(host, "image", "vm-runtime")
-	writeFile(t, bin, []byte("#!/bin/sh\n"), 0o755)
+	host, cfgPath, bin, orig := scratchHost(t)
 	shim := filepath.Join(host, "opt", "vmpod", "bin", "containerd-shim-vmpod-v2")
 	env := daemonSetEnv(t)
 	installed := func() bool {
@@ -229,4 +221,20 @@ func (p *runningInstaller) stop(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("the installer did not exit in 30s after SIGTERM:\n%s", p.output())
 	}
+}
+
+// scratchHost is a host root for the installer: containerd 2.x's config
+// (returned as it was) and a vm-runtime to install.
+func scratchHost(t *testing.T) (host, cfgPath, bin string, orig []byte) {
+	t.Helper()
+	orig, err := os.ReadFile(filepath.Join("testdata", "containerd-2.x.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host = t.TempDir()
+	cfgPath = filepath.Join(host, "etc", "containerd", "config.toml")
+	writeFile(t, cfgPath, orig, 0o644)
+	bin = filepath.Join(host, "image", "vm-runtime")
+	writeFile(t, bin, []byte("#!/bin/sh\n"), 0o755)
+	return host, cfgPath, bin, orig
 }

@@ -321,16 +321,8 @@ func (c *Containerd) start(t testing.TB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// nsenter execs containerd, so cmd.Process is containerd itself.
-	cmd := exec.Command("nsenter", "--target", strconv.Itoa(c.inst.HolderPID), "--mount", "--net", "--",
-		filepath.Join(c.BinDir, "containerd"), "--config", c.ConfigPath)
-	cmd.Dir = c.Root
-	cmd.Env = c.env
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// Its own process group: a ^C to the test does not reach it, the
-	// cleanup stops it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	cmd, err := c.spawn(logf, filepath.Join(c.BinDir, "containerd"), "--config", c.ConfigPath)
+	if err != nil {
 		t.Fatalf("start containerd: %v", err)
 	}
 	exited := make(chan struct{})
@@ -348,6 +340,19 @@ func (c *Containerd) start(t testing.TB) {
 	if err := c.waitReady(t, logStart); err != nil {
 		t.Fatalf("containerd: %v\n--- last lines of %s ---\n%s", err, c.LogPath, tail(c.LogPath, 40))
 	}
+}
+
+// spawn starts argv in the node's network namespace and the holder's
+// mount namespace, in its own process group (a ^C to the test does not
+// reach it, the cleanup stops it), with containerd's environment and its
+// output to logf. nsenter execs argv, so cmd.Process is argv's process.
+func (c *Containerd) spawn(logf *os.File, argv ...string) (*exec.Cmd, error) {
+	cmd := exec.Command("nsenter", append([]string{"--target", strconv.Itoa(c.inst.HolderPID), "--mount", "--net", "--"}, argv...)...)
+	cmd.Dir = c.Root
+	cmd.Env = c.env
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return cmd, cmd.Start()
 }
 
 // waitReady polls `crictl info` until the runtime and the network are ready.

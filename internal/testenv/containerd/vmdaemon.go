@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -71,14 +69,9 @@ func (c *Containerd) StartDaemon(t testing.TB) {
 	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
 		t.Fatal(err)
 	}
-	args := append([]string{"--target", strconv.Itoa(c.inst.HolderPID), "--mount", "--net", "--",
-		d.Bin, "daemon", "--socket", sock, "--state-root", d.StateRoot, "--capabilities-cache", d.CapsCache}, d.Args...)
-	// nsenter execs the daemon, so cmd.Process is the daemon itself.
-	cmd := exec.Command("nsenter", args...)
-	cmd.Env = c.env
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	cmd, err := c.spawn(logf, append([]string{d.Bin, "daemon", "--socket", sock, "--state-root", d.StateRoot,
+		"--capabilities-cache", d.CapsCache}, d.Args...)...)
+	if err != nil {
 		t.Fatalf("start vm-runtime daemon: %v", err)
 	}
 	exited := make(chan struct{})
