@@ -338,7 +338,8 @@ mkdir -p "$CAPS_CACHE"
 # QEMU's socket paths must stay under 108 bytes), and the warm QEMU
 # capabilities.
 log "starting vm-runtime daemon (the node's VMs, for the shims)"
-start vmd env TMPDIR="$RUN/tmp" "$STATE/bin/vm-runtime" daemon --socket "$RUN/vmd.sock" \
+# Under restart-always.sh, as the unit's Restart=always: test/e2e kills it.
+start vmd "$repo/hack/local/restart-always.sh" env TMPDIR="$RUN/tmp" "$STATE/bin/vm-runtime" daemon --socket "$RUN/vmd.sock" \
 	--state-root "$STATE/vm" --capabilities-cache "$CAPS_CACHE"
 wait_for "vm-runtime daemon" 60 in_node test -S "$RUN/vmd.sock" || die "vm-runtime daemon did not serve $RUN/vmd.sock within 60s"
 # The shims inherit containerd's environment: the daemon's socket.
@@ -372,10 +373,11 @@ start kube-proxy "$BIN/kube-proxy" --config "$STATE/kube-proxy.yaml"
 if ((CRI_NODE)); then
 	log "starting vm-runtime cri on the VM-only node $VM_NAME"
 	sed -e "s|@STATE@|$VM_STATE|g" -e "s|@POD_CIDR@|$VM_POD_CIDR|g" hack/local/cni.conflist >"$VM_STATE/cni/net.d/10-vmpod-local.conflist"
-	# As manifests/systemd/vm-runtime-cri.service runs it, with this node's
-	# paths and its own QEMU uids; the cgroupfs driver, as the local
-	# kubelets use (hack/local/kubelet.yaml), whatever the machine's init.
-	start_in holder-vm cri env TMPDIR="$RUN/tmp" "$STATE/bin/vm-runtime" cri --listen "unix://$VM_RUN/cri.sock" \
+	# As manifests/systemd/vm-runtime-cri.service runs it (restarted when it
+	# ends), with this node's paths and its own QEMU uids; the cgroupfs
+	# driver, as the local kubelets use (hack/local/kubelet.yaml), whatever
+	# the machine's init.
+	start_in holder-vm cri "$repo/hack/local/restart-always.sh" env TMPDIR="$RUN/tmp" "$STATE/bin/vm-runtime" cri --listen "unix://$VM_RUN/cri.sock" \
 		--state-root "$VM_STATE/cri" --netns-dir "$VM_RUN/netns" --cni-conf-dir "$VM_STATE/cni/net.d" --cni-bin-dir /usr/lib/cni \
 		--capabilities-cache "$CAPS_CACHE" --qemu-uids "$VM_QEMU_UIDS" --default-cgroup-parent "$VM_CGROUP_ROOT/vmpod" \
 		--cgroup-driver cgroupfs --metrics-address "127.0.0.1:$VM_METRICS_PORT"

@@ -321,18 +321,18 @@ func assertNoVM(t *testing.T, c *containerd.Containerd, ps containerd.PodStatus,
 	if m := shimMounts(t, shim, ctrID); len(m) > 0 {
 		t.Errorf("mounts left in the shim after the failed start: %q", m)
 	}
-	if _, err := os.Stat(filepath.Join(podDir, "tasks")); err != nil {
-		t.Errorf("the pod's state dir: %v", err)
-	}
-	for _, pattern := range []string{
-		"disk.qcow2", "cidata.iso", "nvram.fd", "*.sock", // the VM's files
-		"tasks/" + ctrID + ".json", // its checkpoint
-		// a domain (libvirt names it <namespace>_<pod>; driver.pid is the
-		// embedded driver's own)
-		"libvirt/etc/qemu/*.xml", "libvirt/run/qemu/*.xml", "libvirt/run/qemu/" + domain + ".*", "libvirt/log/qemu/*",
-	} {
+	for _, pattern := range []string{"disk.qcow2", "cidata.iso", "nvram.fd", "*.sock"} { // the VM's files
 		if m, _ := filepath.Glob(filepath.Join(podDir, pattern)); len(m) > 0 {
 			t.Errorf("left in the pod's state dir after the failed start: %v", m)
+		}
+	}
+	// The node daemon's: the VM's checkpoint, and a domain (libvirt names
+	// it <namespace>_<pod>).
+	state := filepath.Dir(filepath.Dir(podDir))
+	for _, pattern := range []string{"vms/" + ctrID + ".json",
+		"libvirt/etc/qemu/" + domain + ".xml", "libvirt/run/qemu/" + domain + ".*", "libvirt/log/qemu/" + domain + ".*"} {
+		if m, _ := filepath.Glob(filepath.Join(state, pattern)); len(m) > 0 {
+			t.Errorf("left in the node daemon's state after the failed start: %v", m)
 		}
 	}
 	assertNoMounts(t, c, ctrID)
