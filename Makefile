@@ -98,7 +98,7 @@ bench: deps guest
 	@echo '== start'
 	$(GO) test -run '^$$' -bench BenchmarkStartPhases -benchtime 5x -timeout 20m ./pkg/shim
 	@echo '== memory'
-	$(GO) test -run '^$$' -bench BenchmarkShimFootprint -benchtime 1x -timeout 15m ./test/containerd
+	$(GO) test -run '^$$' -bench BenchmarkShimFootprint -benchtime 1x -timeout 60m ./test/containerd
 	$(GO) test -run '^$$' -bench BenchmarkDensity -benchtime 1x -timeout 15m ./test/containerd
 	@echo '== scheduler'
 	$(GO) test -run '^$$' -bench BenchmarkFilterScore -benchmem ./pkg/scheduler/vmplacement

@@ -53,7 +53,7 @@ func TestDaemonKilledUnderPods(t *testing.T) {
 			strings.TrimSpace(out) != fmt.Sprintf("CONTAINER_RUNNING %d", qemus[i]) {
 			return fmt.Errorf("after the daemon's restart: state and pid %q (%v), want CONTAINER_RUNNING %d", out, err, qemus[i])
 		}
-		marker := fmt.Sprintf("VMPOD-TEST: pod %d after the daemon's restart", i)
+		marker := fmt.Sprintf("VMPOD-TEST: pod %d after the daemon restart", i)
 		out, err := c.Crictl(t, "exec", "-s", p.ctr, "sh", "-c", "echo '"+marker+"' >/dev/console; echo exec-"+fmt.Sprint(i))
 		if err != nil || strings.TrimSpace(out) != fmt.Sprintf("exec-%d", i) {
 			return fmt.Errorf("exec after the daemon's restart: %q, %v", out, err)
@@ -86,7 +86,9 @@ func TestDaemonKilledUnderPods(t *testing.T) {
 			t.Errorf("pod %d: QEMU %d still runs after the pod's removal", i, pid)
 		}
 	}
-	assertNoPodLeft(t, n.c.CgroupParent, n.state)
+	for _, p := range pods {
+		assertNoPodLeft(t, p.cfg.Linux.CgroupParent, n.state)
+	}
 }
 
 // eachPod runs f for every pod at once and fails the test with each

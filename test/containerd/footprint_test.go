@@ -10,13 +10,13 @@ import (
 	"time"
 
 	"github.com/vmpod/vmpod/internal/procmem"
-	"github.com/vmpod/vmpod/internal/testenv/containerd"
 )
 
 // Knobs of BenchmarkShimFootprint, for comparing shim variants by hand;
 // make bench runs it with none set.
 const (
-	// footprintPodsEnv: how many VM pods (default 10).
+	// footprintPodsEnv: the pod counts it measures at, in increasing
+	// order, comma-separated (default 1,10,50).
 	footprintPodsEnv = "VMPOD_FOOTPRINT_PODS"
 	// footprintShimEnv: the package whose binary containerd runs as
 	// containerd-shim-vmpod-v2 (default ./cmd/containerd-shim-vmpod-v2,
@@ -44,21 +44,35 @@ func footprintGuestMiB() int {
 	return 128
 }
 
-// BenchmarkShimFootprint runs 10 VM pods (128 MiB test guests) through a
-// real containerd and crictl, waits until every guest is ready, and
-// reports what the shims weigh per pod: the sum of their PSS over the
-// pods, as the node pays it, plus RSS and private anonymous memory, split
-// by kind of mapping (internal/procmem), and QEMU's PSS for reference.
-// One run is one measurement (make bench: -benchtime 1x); a few minutes on
-// 2 cores.
-func BenchmarkShimFootprint(b *testing.B) {
-	n := 10
-	if s := os.Getenv(footprintPodsEnv); s != "" {
-		var err error
-		if n, err = strconv.Atoi(s); err != nil || n < 1 {
-			b.Fatalf("%s=%q: want a positive number", footprintPodsEnv, s)
-		}
+// footprintSteps are the pod counts to measure at.
+func footprintSteps(b testing.TB) []int {
+	s := os.Getenv(footprintPodsEnv)
+	if s == "" {
+		return []int{1, 10, 50}
 	}
+	var steps []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || (len(steps) > 0 && n <= steps[len(steps)-1]) {
+			b.Fatalf("%s=%q: want increasing positive pod counts such as 1,10,50", footprintPodsEnv, s)
+		}
+		steps = append(steps, n)
+	}
+	return steps
+}
+
+// BenchmarkShimFootprint is what a VM pod costs the node beyond its guest
+// and QEMU: its shim, and its share of the node daemon. It runs the test
+// guest (128 MiB, TCG) in VM pods through a real containerd, crictl and
+// vm-runtime daemon, adding pods up to each count of footprintSteps (1,
+// 10, 50), waits until every guest is ready, and reports per count: the
+// shims' PSS summed and divided by the pods (as the node pays it), with
+// RSS and private anonymous memory split by kind of mapping
+// (internal/procmem); the daemon's PSS, and its growth per pod beyond
+// its PSS with one pod (libvirt open, one VM: its base); and QEMU's PSS
+// for reference. One run is one measurement (make bench: -benchtime 1x).
+func BenchmarkShimFootprint(b *testing.B) {
+	steps := footprintSteps(b)
 	pkg := os.Getenv(footprintShimEnv)
 	if pkg == "" {
 		pkg = "./cmd/containerd-shim-vmpod-v2"
@@ -68,83 +82,70 @@ func BenchmarkShimFootprint(b *testing.B) {
 		env = strings.Fields(s)
 	}
 	for b.Loop() {
-		shims, qemus, ready := runFootprint(b, n, pkg, env)
-		var shim, qemu procmem.Process
-		for _, p := range shims {
-			shim.Add(p)
+		node := startVMNode(b, pkg, env)
+		var pods []*vmPod
+		b.Cleanup(func() { node.removeAll(b, pods) })
+		var base procmem.Process
+		for i, n := range steps {
+			start := time.Now()
+			for len(pods) < n {
+				p := node.newVMPod("fp", len(pods), footprintGuestMiB())
+				pods = append(pods, p)
+				node.run(b, p)
+				node.c.MustCrictl(b, "start", p.ctr)
+			}
+			for _, p := range pods {
+				waitLogs(b, node.c, p.ctr, "VMPOD-GUEST: ready", 10*time.Minute)
+			}
+			ready := time.Since(start)
+			shimPIDs, qemuPIDs := node.pids(b, pods)
+			shims, qemus := settleAndSample(b, shimPIDs, qemuPIDs)
+			daemon := readAll(b, []int{node.c.DaemonPID()})[0]
+			if i == 0 {
+				base = daemon
+			}
+			var shim, qemu procmem.Process
+			for _, p := range shims {
+				shim.Add(p)
+			}
+			for _, p := range qemus {
+				qemu.Add(p)
+			}
+			printFootprint(n, pkg, env, shim, qemu, ready)
+			printDaemon(n, steps[0], daemon, base)
+			b.ReportMetric(float64(shim.Total.PSS)/1024/float64(n), fmt.Sprintf("MiB-shim-PSS/pod@%d", n))
+			b.ReportMetric(float64(daemon.Total.PSS)/1024, fmt.Sprintf("MiB-daemon-PSS@%d", n))
+			if n > steps[0] {
+				b.ReportMetric(float64(daemon.Total.PSS-base.Total.PSS)/1024/float64(n-steps[0]), fmt.Sprintf("MiB-daemon-PSS/pod@%d", n))
+			}
+			b.ReportMetric(float64(qemu.Total.PSS)/1024/float64(n), fmt.Sprintf("MiB-QEMU-PSS/pod@%d", n))
+			if dir := os.Getenv(footprintDumpEnv); dir != "" {
+				dumpProcs(b, filepath.Join(dir, strconv.Itoa(n)), shimPIDs)
+			}
 		}
-		for _, p := range qemus {
-			qemu.Add(p)
+		if s := os.Getenv(footprintHoldEnv); s != "" {
+			d, err := time.ParseDuration(s)
+			if err != nil {
+				b.Fatalf("%s=%q: %v", footprintHoldEnv, s, err)
+			}
+			fmt.Printf("holding %d pods for %v (daemon %d)\n", len(pods), d, node.c.DaemonPID())
+			time.Sleep(d)
 		}
-		printFootprint(n, pkg, env, shim, qemu, ready)
-		b.ReportMetric(float64(shim.Total.PSS)/1024/float64(n), "MiB-shim-PSS/pod")
-		b.ReportMetric(float64(shim.Total.RSS)/1024/float64(n), "MiB-shim-RSS/pod")
-		b.ReportMetric(float64(shim.Total.PrivateAnon)/1024/float64(n), "MiB-shim-anon/pod")
-		b.ReportMetric(float64(qemu.Total.PSS)/1024/float64(n), "MiB-QEMU-PSS/pod")
+		node.removeAll(b, pods)
 	}
 }
 
-// runFootprint starts n pods and samples their shims and QEMUs three
-// times, 3 s apart, once every guest is ready; it returns the last sample
-// and how long the pods took to be ready.
-func runFootprint(b *testing.B, n int, pkg string, env []string) (shims, qemus []procmem.Process, ready time.Duration) {
-	node := startVMNode(b, pkg, env)
-	c := node.c
-
-	start := time.Now()
-	pods := make([]*vmPod, n)
-	for i := range pods {
-		pods[i] = node.newVMPod("fp", i, footprintGuestMiB())
+// printDaemon prints the node daemon's rows: its whole PSS with n pods
+// and, past the first count, what it grew by per pod beyond its PSS with
+// first pods.
+func printDaemon(n, first int, daemon, base procmem.Process) {
+	fmt.Printf("%-34s %8s %8s %8s\n", fmt.Sprintf("node daemon, whole (%d pods)", n),
+		procmem.MiB(daemon.Total.PSS), procmem.MiB(daemon.Total.RSS), procmem.MiB(daemon.Total.PrivateAnon))
+	if n > first {
+		per := func(a, b int) string { return procmem.MiB((a - b) / (n - first)) }
+		fmt.Printf("%-34s %8s %8s %8s\n", fmt.Sprintf("  per pod beyond %d pod(s)", first),
+			per(daemon.Total.PSS, base.Total.PSS), per(daemon.Total.RSS, base.Total.RSS), per(daemon.Total.PrivateAnon, base.Total.PrivateAnon))
 	}
-	b.Cleanup(func() { node.removeAll(b, pods) })
-	var helper string
-	for i, p := range pods {
-		node.run(b, p)
-		if i == 0 {
-			helper = helperRow(b, c, p)
-		}
-		c.MustCrictl(b, "start", p.ctr)
-	}
-	for _, p := range pods {
-		waitLogs(b, c, p.ctr, "VMPOD-GUEST: ready", 4*time.Minute)
-	}
-	ready = time.Since(start)
-
-	shimPIDs, qemuPIDs := node.pids(b, pods)
-	shims, qemus = settleAndSample(b, shimPIDs, qemuPIDs)
-	// A helper still running (a shim that needed libvirt in the last 5 s)
-	// is part of what its pod costs at that moment: counted with the shims.
-	helpers := libvirtHelpers(b, shimPIDs)
-	shims = append(shims, readAll(b, helpers)...)
-	fmt.Printf("libvirt helpers running at the sample: %d (counted in the shim rows)\n", len(helpers))
-	fmt.Print(helper)
-	if dir := os.Getenv(footprintDumpEnv); dir != "" {
-		dumpProcs(b, dir, shimPIDs)
-	}
-	if s := os.Getenv(footprintHoldEnv); s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			b.Fatalf("%s=%q: %v", footprintHoldEnv, s, err)
-		}
-		fmt.Printf("holding %d pods for %v: shims %v, QEMUs %v\n", n, d, shimPIDs, qemuPIDs)
-		time.Sleep(d)
-	}
-	return shims, qemus, ready
-}
-
-// helperRow measures the libvirt helper a shim started for its VM, with
-// the VM created and not yet started (the helper goes as soon as the start
-// is done; nothing else in a pod's life starts one but its delete): what a
-// pod pays, on top of its shim, while its shim needs libvirt.
-func helperRow(b *testing.B, c *containerd.Containerd, p *vmPod) string {
-	helpers := libvirtHelpers(b, []int{c.InspectPod(b, p.pod).PID})
-	if len(helpers) != 1 {
-		b.Fatalf("libvirt helpers of a pod whose VM is created, not started: %v, want one", helpers)
-	}
-	h := readAll(b, helpers)[0]
-	b.ReportMetric(float64(h.Total.PrivateAnon)/1024, "MiB-helper-anon")
-	return fmt.Sprintf("libvirt helper of one pod, its VM created: PSS %s, RSS %s, private anon %s MiB (it goes once the VM has started)\n",
-		procmem.MiB(h.Total.PSS), procmem.MiB(h.Total.RSS), procmem.MiB(h.Total.PrivateAnon))
 }
 
 func dumpProcs(b *testing.B, dir string, pids []int) {

@@ -151,20 +151,8 @@ func (n *vmNode) pids(b testing.TB, pods []*vmPod) (shims, qemus []int) {
 	return shims, qemus
 }
 
-// libvirtHelpers are the libvirt helpers (vm-runtime hypervisor, which a
-// shim starts when it needs libvirt and which go 5 s after its last call)
-// running under the shims.
-func libvirtHelpers(b testing.TB, shimPIDs []int) []int {
-	b.Helper()
-	pids, err := procmem.Children(shimPIDs, "vm-runtime")
-	if err != nil {
-		b.Fatal(err)
-	}
-	return pids
-}
-
-// settleAndSample waits for the pods to settle (libvirt's agent handshake,
-// containerd's first stats, a malloc trim of the shim: every 10 s), then
+// settleAndSample waits for the pods to settle (the guest agents'
+// handshake, containerd's first stats), then
 // samples the shims and QEMUs three times, 3 s apart, and returns the last
 // sample: the steady state.
 func settleAndSample(b testing.TB, shimPIDs, qemuPIDs []int) (shims, qemus []procmem.Process) {

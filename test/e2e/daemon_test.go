@@ -71,7 +71,7 @@ func TestRuntimeKilled(t *testing.T) {
 			d.place(&tmpl.Spec)
 			dep := &appsv1.Deployment{
 				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
-				Spec: appsv1.DeploymentSpec{Replicas: new(int32(replicas)), Selector: &metav1.LabelSelector{MatchLabels: sel}, Template: tmpl},
+				Spec:       appsv1.DeploymentSpec{Replicas: new(int32(replicas)), Selector: &metav1.LabelSelector{MatchLabels: sel}, Template: tmpl},
 			}
 			deps := client.AppsV1().Deployments(namespace)
 			if _, err := deps.Create(context.Background(), dep, metav1.CreateOptions{}); err != nil {
@@ -99,7 +99,7 @@ func TestRuntimeKilled(t *testing.T) {
 			t.Logf("vm-runtime %s killed (pid %d) and started again in %v", sub, killed, time.Since(start).Round(100*time.Millisecond))
 
 			for _, p := range pods {
-				marker := fmt.Sprintf("VMPOD-TEST: %s after the runtime's restart", p.Name)
+				marker := fmt.Sprintf("VMPOD-TEST: %s after the runtime restart", p.Name)
 				var out, errOut string
 				code := -1
 				// The first calls may come while the runtime takes its VMs over.
