@@ -340,7 +340,7 @@ mkdir -p "$CAPS_CACHE"
 log "starting vm-runtime daemon (the node's VMs, for the shims)"
 # Under restart-always.sh, as the unit's Restart=always: test/e2e kills it.
 start vmd "$repo/hack/local/restart-always.sh" env TMPDIR="$RUN/tmp" "$STATE/bin/vm-runtime" daemon --socket "$RUN/vmd.sock" \
-	--state-root "$STATE/vm" --capabilities-cache "$CAPS_CACHE"
+	--state-root "$STATE/vm" --capabilities-cache "$CAPS_CACHE" --metrics-address "127.0.0.1:$NODE_METRICS_PORT"
 wait_for "vm-runtime daemon" 60 in_node test -S "$RUN/vmd.sock" || die "vm-runtime daemon did not serve $RUN/vmd.sock within 60s"
 # The shims inherit containerd's environment: the daemon's socket.
 start containerd env VMPOD_STATE_ROOT="$STATE/vm" VMPOD_NODE_SOCKET="$RUN/vmd.sock" TMPDIR="$RUN/tmp" \
@@ -444,6 +444,7 @@ export KUBECONFIG=$OUT/kubeconfig
 export VMPOD_E2E_CGROUP_ROOT=/$NAME
 export VMPOD_E2E_NODE_EXEC="nsenter --target $(holder_pid) --mount --net --"
 export VMPOD_E2E_STATE_ROOT=$STATE/vm
+export VMPOD_E2E_METRICS_URL=http://127.0.0.1:$NODE_METRICS_PORT/metrics
 export VMPOD_E2E_IMAGE=$IMAGE
 export VMPOD_E2E_KUBECTL=$BIN/kubectl
 export VMPOD_E2E_BUSYBOX_IMAGE=$BUSYBOX_IMAGE

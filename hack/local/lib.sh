@@ -62,6 +62,9 @@ VM_QEMU_UIDS=1879113728:65536
 # Where vm-runtime cri serves its metrics, on the node's loopback (in its
 # network namespace; test/e2e reads them there).
 VM_METRICS_PORT=9470
+# Where the containerd node's vm-runtime daemon serves its metrics, on that
+# node's loopback.
+NODE_METRICS_PORT=9471
 # The taint that keeps pods off the VM-only node unless they tolerate it.
 VM_TAINT_KEY=vmpod.io/vm-only
 

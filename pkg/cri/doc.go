@@ -133,6 +133,12 @@
 //     usage, working set (usage less inactive file), RSS, page faults,
 //     available below the limit. A pod's CPU and memory are its VM's; its
 //     network is the pod interface's counters (the guest's traffic).
+//   - ListMetricDescriptors and ListPodSandboxMetrics: the same stats as
+//     cAdvisor's series (container_cpu_usage_seconds_total, in whole
+//     seconds as the CRI carries integers; container_memory_usage_bytes,
+//     _working_set_bytes, _rss; container_network_receive and
+//     _transmit_bytes_total under container "POD"), labelled as cAdvisor
+//     labels them, for a kubelet with PodAndContainerStatsFromCRI.
 //   - UpdateContainerResources through vm.Update: CPU shares and quota
 //     live; another memory limit, or a CPU limit above the vCPUs, is
 //     refused with FailedPrecondition saying to recreate the pod.

@@ -314,6 +314,67 @@ func (n *node) checkStats(id, podID string) {
 		p.Linux.Network.DefaultInterface.Name != "eth0" || p.Linux.Network.DefaultInterface.RxBytes.Value == 0 {
 		t.Errorf("crictl statsp --id %s: %+v, want the pod's CPU, memory, its container and eth0's traffic", podID, p)
 	}
+	n.checkMetrics(id, podID)
+}
+
+// checkMetrics: crictl metricdescs and metricsp (ListMetricDescriptors,
+// ListPodSandboxMetrics, what the kubelet serves at /metrics/cadvisor
+// with PodAndContainerStatsFromCRI) have the VM's memory under its
+// container and the pod interface's traffic under the sandbox.
+func (n *node) checkMetrics(id, podID string) {
+	t := n.t
+	var descs struct {
+		Descriptors []struct {
+			Name      string
+			LabelKeys []string
+		}
+	}
+	n.mustJSON(&descs, "metricdescs")
+	described := map[string]int{}
+	for _, d := range descs.Descriptors {
+		described[d.Name] = len(d.LabelKeys)
+	}
+	type metric struct {
+		Name        string
+		LabelValues []string
+		Value       struct {
+			Value uint64 `json:"value,string"`
+		}
+	}
+	var ms struct {
+		PodMetrics []struct {
+			PodSandboxId     string
+			Metrics          []metric
+			ContainerMetrics []struct {
+				ContainerId string
+				Metrics     []metric
+			}
+		}
+	}
+	n.mustJSON(&ms, "metricsp")
+	found := map[string]uint64{}
+	for _, p := range ms.PodMetrics {
+		if p.PodSandboxId != podID {
+			continue
+		}
+		all := p.Metrics
+		for _, c := range p.ContainerMetrics {
+			if c.ContainerId == id {
+				all = append(all, c.Metrics...)
+			}
+		}
+		for _, m := range all {
+			if described[m.Name] != len(m.LabelValues) {
+				t.Errorf("metric %s has %d label values; its descriptor %d keys", m.Name, len(m.LabelValues), described[m.Name])
+			}
+			found[m.Name] = m.Value.Value
+		}
+	}
+	for _, name := range []string{"container_memory_working_set_bytes", "container_network_receive_bytes_total"} {
+		if found[name] == 0 {
+			t.Errorf("crictl metricsp: no %s of pod %s above 0; got %v", name, podID, found)
+		}
+	}
 }
 
 // checkUpdate: crictl update --cpu-quota changes the VM's cgroup live; a

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -125,6 +126,31 @@ func TestRuntimeKilled(t *testing.T) {
 				return true
 			}) {
 				t.Errorf("not every pod Ready a minute after the restart")
+			}
+			// The runtime's metrics: the VMs it took over, running.
+			if d.node.metricsURL == "" {
+				t.Errorf("no metrics URL for the %s node: hack/local-up.sh runs its runtime with --metrics-address and sets VMPOD_E2E_METRICS_URL and VMPOD_E2E_CRI_METRICS_URL", d.name)
+			} else {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				out, err := d.node.run(ctx, `curl -sSf "$1"`, d.node.metricsURL)
+				cancel()
+				if err != nil {
+					t.Fatal(err)
+				}
+				m := regexp.MustCompile(`(?m)^vmpod_vm_recoveries_total\{result="adopted"\} ([0-9]+)$`).FindStringSubmatch(out)
+				adopted := 0
+				if m != nil {
+					adopted, _ = strconv.Atoi(m[1])
+				}
+				if adopted < replicas {
+					t.Errorf("vmpod_vm_recoveries_total{result=\"adopted\"} %d after the restart, want at least %d", adopted, replicas)
+				}
+				for _, p := range pods {
+					info := regexp.MustCompile(`(?m)^vmpod_vm_info\{[^}]*pod="` + regexp.QuoteMeta(p.Name) + `"[^}]*state="running"[^}]*\} 1$`)
+					if !info.MatchString(out) {
+						t.Errorf("no running vmpod_vm_info of pod %s in the restarted runtime's metrics", p.Name)
+					}
+				}
 			}
 			now := podsOf(t, sel)
 			if len(now) != replicas {

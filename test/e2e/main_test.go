@@ -100,6 +100,7 @@ func setup() error {
 	if v := os.Getenv("VMPOD_E2E_STATE_ROOT"); v != "" {
 		node.stateRoot = v
 	}
+	node.metricsURL = os.Getenv("VMPOD_E2E_METRICS_URL")
 	node.cgroupRoot = strings.TrimSuffix(os.Getenv("VMPOD_E2E_CGROUP_ROOT"), "/")
 	// The leftover check runs on the node: it is not optional.
 	if node.exec = strings.Fields(os.Getenv("VMPOD_E2E_NODE_EXEC")); len(node.exec) == 0 {
