@@ -384,7 +384,14 @@ func cgroupfsNode(t *testing.T, fact func(string, ...any)) {
 	}
 	c.MustCrictl(t, "rm", id)
 	c.StopRemovePod(t, podID)
-	waitFor(t, "QEMU and the shim to go", 30*time.Second, func() bool { return len(procs("qemu-system-x86", "vm-runtime")) == 0 })
+	// The harness's node daemon (vm-runtime too) runs on: not the pod's.
+	daemon := strconv.Itoa(c.DaemonPID())
+	waitFor(t, "QEMU and the shim to go", 30*time.Second, func() bool {
+		return len(slices.DeleteFunc(procs("qemu-system-x86", "vm-runtime"), func(p string) bool {
+			pid, _, _ := strings.Cut(p, ":")
+			return pid == daemon
+		})) == 0
+	})
 	if sub := subdirs(filepath.Join("/sys/fs/cgroup", podDir)); len(sub) > 0 {
 		t.Errorf("cgroups left under the pod's: %v", sub)
 	}
