@@ -151,14 +151,14 @@
 //   - critest (cri-tools v1.37.0, hack/critest/install.sh from make
 //     deps) runs in make test: test/cri's TestCritest, against this
 //     server in the test's node netns, every image it pulls served from a
-//     registry there as the test guest. Of its 142 specs 39 pass, none
-//     fails, 96 are skipped, each with its reason in one table
+//     registry there as the test guest. Of its 142 specs 40 pass, none
+//     fails, 97 are skipped, each with its reason in one table
 //     (critestSkips in test/cri/critest_test.go; docs/install.md lists
-//     them): 83 cannot apply to a VM runtime, 13 cannot run against a
-//     local registry; 7 skip themselves (5 benchmarks; the metrics RPCs,
-//     Unimplemented here). It adds about 2.5 min. Skipped: what a Linux
-//     process on the host is (Security Context, AppArmor, sysctls, OOM
-//     kill: 46), host mounts
+//     them): 84 cannot apply to a VM runtime, 13 cannot run against a
+//     local registry; 5 skip themselves (benchmarks). It adds about 3
+//     min. Skipped: what a Linux process on the host is (Security
+//     Context, AppArmor, sysctls, OOM kill: 46; cAdvisor's container
+//     series of the metrics RPCs: 2), host mounts
 //     (volumes, propagation, read-only mounts, image volumes: 15), the
 //     container's command (its output as the log, attach to its shell,
 //     a TTY exec: 3), several containers in a
