@@ -10,6 +10,7 @@ import (
 	"github.com/vmpod/vmpod/internal/memdebug"
 	"github.com/vmpod/vmpod/pkg/jail"
 	"github.com/vmpod/vmpod/pkg/shim"
+	"github.com/vmpod/vmpod/pkg/vm"
 )
 
 const usage = `vm-runtime runs virtual machines as Kubernetes pods.
@@ -60,7 +61,7 @@ const shimName = "containerd-shim-vmpod-v2"
 func run(argv0 string, args []string) int {
 	if argv0 == jail.EmulatorName {
 		// libvirt starts this as the domain's emulator, with QEMU's arguments.
-		return jail.Main(args)
+		return vm.JailMain(args)
 	}
 	if argv0 == shimName {
 		if len(args) > 0 && args[0] == "shim" {

@@ -26,8 +26,9 @@ const ExitFailed = 125
 // Main is the jailer: vm-runtime called as EmulatorName with QEMU's (or
 // qemu-img's) arguments. It execs the program or returns an exit status
 // after printing why not on stderr (libvirt's log of the domain, and its
-// error).
-func Main(args []string) int {
+// error). enter is how it joins the Spec's Cgroup (nil: a Spec with a
+// Cgroup is refused).
+func Main(args []string, enter EnterCgroup) int {
 	// Namespaces, credentials and capabilities below are the calling
 	// thread's: the whole setup and the exec run on this one thread.
 	runtime.LockOSThread()
@@ -35,7 +36,7 @@ func Main(args []string) int {
 	if path == "" {
 		return probe(args)
 	}
-	err := jailAndExec(path, args)
+	err := jailAndExec(path, args, enter)
 	fmt.Fprintf(os.Stderr, "%s: %v\n", EmulatorName, err)
 	return ExitFailed
 }
@@ -66,10 +67,19 @@ func probeEmulator() string {
 	}
 }
 
-func jailAndExec(specPath string, args []string) error {
+func jailAndExec(specPath string, args []string, enter EnterCgroup) error {
 	s, err := Read(specPath)
 	if err != nil {
 		return err
+	}
+	if s.Cgroup != nil {
+		// First: all the jailer and QEMU then do is the container's.
+		if enter == nil {
+			return fmt.Errorf("cgroup %s: this jailer cannot enter a cgroup", s.Cgroup.Path)
+		}
+		if err := enter(*s.Cgroup, os.Getpid()); err != nil {
+			return fmt.Errorf("enter the container's cgroup: %w", err)
+		}
 	}
 	owned := slices.Clone(s.Writable)
 	readOnly := slices.Clone(s.ReadOnly)

@@ -53,12 +53,38 @@ type Spec struct {
 	// what the jailer may set without CAP_SYS_RESOURCE is clamped (see
 	// setOOMScoreAdj).
 	OOMScoreAdj *int `json:"oomScoreAdj,omitempty"`
+	// Cgroup is the cgroup the jailer enters, with its limits, before it
+	// builds the jail and execs QEMU: QEMU's start-up (its kernel and
+	// initrd read, its guest RAM set up) is charged to the container from
+	// the first page, not to the runtime that started it. nil: the jailer
+	// stays in the cgroup it was started in (qemu-img's runs).
+	Cgroup *Cgroup `json:"cgroup,omitempty"`
 	// Seccomp makes the jailer install its own seccomp filter (seccomp.go)
 	// just before the exec: for qemu-img, which has no -sandbox. QEMU
 	// installs its own filter (libvirt's seccomp_sandbox) and has none of
 	// the jailer's.
 	Seccomp bool `json:"seccomp,omitempty"`
 }
+
+// Cgroup is a container's cgroup and its limits. The jailer enters it
+// through the function its caller hands Main (pkg/vm's, over
+// pkg/podcgroup): this package knows no cgroup driver.
+type Cgroup struct {
+	// Path is the container's cgroupsPath (OCI linux.cgroupsPath: a
+	// cgroupfs path, or systemd's slice:prefix:name).
+	Path string `json:"path"`
+	// MemoryBytes is the memory limit; 0 for none.
+	MemoryBytes uint64 `json:"memoryBytes,omitempty"`
+	// CPUShares, CPUQuota and CPUPeriod are the CPU controls (OCI
+	// linux.resources.cpu); nil for none.
+	CPUShares *uint64 `json:"cpuShares,omitempty"`
+	CPUQuota  *int64  `json:"cpuQuota,omitempty"`
+	CPUPeriod *uint64 `json:"cpuPeriod,omitempty"`
+}
+
+// EnterCgroup moves the calling process (pid), all its threads, into c,
+// made with c's limits if it is not there.
+type EnterCgroup func(c Cgroup, pid int) error
 
 // Validate checks what the jailer relies on.
 func (s Spec) Validate() error {
@@ -69,6 +95,8 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("jail: qemu %q: not an absolute path", s.QEMU)
 	case !filepath.IsAbs(s.Root) || filepath.Clean(s.Root) == "/":
 		return fmt.Errorf("jail: root %q: not an absolute path below /", s.Root)
+	case s.Cgroup != nil && s.Cgroup.Path == "":
+		return fmt.Errorf("jail: a cgroup without a path")
 	case s.OOMScoreAdj != nil && (*s.OOMScoreAdj < -1000 || *s.OOMScoreAdj > 1000):
 		return fmt.Errorf("jail: oom_score_adj %d: not in [-1000, 1000]", *s.OOMScoreAdj)
 	}

@@ -181,6 +181,21 @@ func (c *Cgroup) Stats() (any, error) {
 	return m, nil
 }
 
+// MemoryUsage is the memory charged to the cgroup now (v1
+// memory.usage_in_bytes, v2 memory.current); 0 if it cannot be read.
+func (c *Cgroup) MemoryUsage() uint64 {
+	file := filepath.Join(Root, "memory", c.path.Dir, "memory.usage_in_bytes")
+	if c.v2 != nil {
+		file = filepath.Join(Root, c.path.Dir, "memory.current")
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return 0
+	}
+	v, _ := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	return v
+}
+
 // OOMKilled reports whether the kernel's OOM killer killed a process of
 // the cgroup (v1 memory.oom_control, v2 memory.events oom_kill).
 func (c *Cgroup) OOMKilled() bool {

@@ -148,6 +148,20 @@ func TestVMLifecycle(t *testing.T) {
 	if err != nil || !strings.Contains("\n"+string(procs), fmt.Sprintf("\n%d\n", pid)) {
 		t.Errorf("QEMU %d is not in its cgroup %s: %q, %v", pid, req.Cgroup.Dir, procs, err)
 	}
+	// QEMU started in its cgroup (its jailer entered it): what it read
+	// and set up before the guest ran, the kernel and initrd above all,
+	// is charged there, not to the runtime that started it.
+	var loaded int64
+	for _, f := range []string{"boot/vmlinuz", "boot/initrd.img"} {
+		fi, err := os.Stat(filepath.Join(containerdiskRootfs(t), f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		loaded += fi.Size()
+	}
+	if got := v.StartMemory(); got < uint64(loaded) {
+		t.Errorf("QEMU's cgroup held %d bytes when QEMU had started, want at least the %d bytes of kernel and initrd it loaded", got, loaded)
+	}
 	watchConsole(t, req.Layout.ConsoleLog()).waitFor(ctx, t, "VMPOD-GUEST: ready")
 
 	res, err := v.Exec(ctx, vm.ExecRequest{Args: []string{"/bin/sh", "-c", "echo hello from $(hostname); exit 3"}})

@@ -35,6 +35,9 @@ type Config struct {
 	MemoryLimit uint64
 	// Jail confines QEMU; required.
 	Jail Jail
+	// Cgroup is the cgroup QEMU's jailer enters, with its limits, before
+	// it execs QEMU (nil: QEMU stays in libvirt's process's cgroup).
+	Cgroup *jail.Cgroup
 	// OOMScoreAdj is QEMU's oom_score_adj, set by its jail (nil: the one
 	// inherited from libvirt's process).
 	OOMScoreAdj *int
@@ -169,6 +172,7 @@ func jailSpec(cfg Config, domainType string) jail.Spec {
 		SecretDir:     filepath.Join(cfg.Jail.LibvirtRoot, "lib", "qemu"),
 		FileSizeLimit: cfg.Jail.DiskCap,
 		OOMScoreAdj:   cfg.OOMScoreAdj,
+		Cgroup:        cfg.Cgroup,
 	}
 	for _, f := range []string{cfg.Image.Disk, cfg.Image.Kernel, cfg.Image.Initrd} {
 		if f != "" {

@@ -94,6 +94,7 @@ type VM struct {
 	cpu         *specs.LinuxCPU
 	limit       uint64
 	cgroup      *podcgroup.Cgroup
+	startMemory uint64 // the cgroup's memory use before the guest ran
 	held        Held
 	record      func(Held) error
 	phases      Phases // of Create, before the Machine's
@@ -188,6 +189,7 @@ func Create(ctx context.Context, req Request, open Opener) (_ *VM, retErr error)
 	}
 	v.machine, err = env.Runtime.Create(ctx, Config{Spec: req.Spec, Host: env.Host, Image: img, Layout: req.Layout,
 		NICs: nics, Volumes: vols, Jail: req.Jail, OOMScoreAdj: req.OOMScoreAdj,
+		Cgroup:     jailCgroup(v.cgPath, v.limit, v.cpu),
 		ConsoleOut: req.ConsoleOut, ConsoleLogBytes: req.ConsoleLogBytes})
 	if err != nil {
 		return nil, err
@@ -228,20 +230,27 @@ func (v *VM) Phases() Phases {
 // Spec is the VM's spec.
 func (v *VM) Spec() vmspec.Spec { return v.spec }
 
-// Start boots the VM. Between QEMU's start and the guest's first
-// instruction QEMU moves into the Request's cgroup with its memory limit
-// (guest RAM plus overhead) and CPU controls, and the console attaches.
-// It returns QEMU's pid.
+// StartMemory is the memory QEMU's cgroup used when QEMU had started and
+// the guest had not yet run a single instruction: QEMU's own start-up,
+// the kernel and initrd it loaded, charged to the container (0 before
+// Start, or after an adoption).
+func (v *VM) StartMemory() uint64 { return v.startMemory }
+
+// Start boots the VM. QEMU starts in the Request's cgroup, with its
+// memory limit (guest RAM plus overhead) and CPU controls: its jailer
+// enters it before it execs QEMU (JailMain). Before the guest's first
+// instruction the console attaches. It returns QEMU's pid.
 func (v *VM) Start(ctx context.Context) (int, error) {
 	if err := v.acquire(func(h *Held) { h.Cgroup = v.cgPath.Raw }); err != nil {
 		return 0, err
 	}
 	prepare := func(ctx context.Context, pid int) error {
-		cg, err := podcgroup.Enter(v.cgPath, pid, podcgroup.Limits{MemoryBytes: v.limit, CPU: v.cpu})
+		cg, err := podcgroup.Load(v.cgPath)
 		if err != nil {
-			return fmt.Errorf("move QEMU %d into the container's cgroup: %w", pid, err)
+			return fmt.Errorf("QEMU %d's cgroup, which its jailer made: %w", pid, err)
 		}
 		v.cgroup = cg
+		v.startMemory = cg.MemoryUsage()
 		return nil
 	}
 	if err := v.machine.Start(ctx, prepare); err != nil {

@@ -47,10 +47,7 @@
 // across its restart.
 //
 // To do, in order:
-//   - QEMU is forked by the daemon, so its start-up memory is charged to
-//     the daemon's cgroup until the VM's prepare step moves it (the shim
-//     path charged it to the pod): the jailer should join the container's
-//     cgroup before it execs QEMU (issue 28, item 4). And libvirt's
+//   - libvirt's
 //     event worker thread stays in the first pod's network namespace it
 //     served (pkg/cri/doc.go): no libvirt call in a pod's namespace (the
 //     tap made and opened in the node's, moved into the pod's; QEMU
@@ -61,7 +58,9 @@
 //     measures it; a full make bench run is still to be recorded in
 //     docs/shim-memory.md).
 //
-// Also done: test/containerd TestDaemonKilledUnderPods and test/e2e
+// Also done: QEMU starts in the container's cgroup (its jailer enters it
+// before the exec, vm.JailMain), so its start-up memory is the pod's, not
+// the daemon's (issue 28, item 4). test/containerd TestDaemonKilledUnderPods and test/e2e
 // TestRuntimeKilled (5 VM pods, the runtime killed with SIGKILL and
 // restarted, on both kinds of node); vm-runtime cri's
 // ListMetricDescriptors and ListPodSandboxMetrics.

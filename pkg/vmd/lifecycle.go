@@ -149,7 +149,7 @@ func (s *Service) Start(ctx context.Context, id string) (int, error) {
 		return 0, err
 	}
 	s.running(ctx, in)
-	log.G(ctx).WithField("phases", in.vm.Phases().String()).Infof("VM %s started", id)
+	log.G(ctx).WithField("phases", in.vm.Phases().String()).WithField("start_memory", in.vm.StartMemory()).Infof("VM %s started", id)
 	return pid, nil
 }
 
