@@ -31,6 +31,7 @@ guest: deps
 build: deps
 	$(GO) build -o $(OUT)/bin/vm-runtime ./cmd/vm-runtime
 	CGO_ENABLED=0 $(GO) build -o $(OUT)/bin/containerd-shim-vmpod-v2 ./cmd/containerd-shim-vmpod-v2
+	CGO_ENABLED=0 $(GO) build -o $(OUT)/bin/vmpod-qemu ./cmd/vmpod-qemu
 
 test: deps guest
 	$(GO) vet -tags e2e,nodevm,systemdnode,kind ./...

@@ -116,6 +116,8 @@ go_build etcd "" "$BIN/etcd" go.etcd.io/etcd/server/v3
 go_build "scheduler-plugin and vm-runtime" "$k8s_ldflags" "$BIN/" ./cmd/scheduler-plugin ./cmd/vm-runtime
 # The shim links no libvirt (the node daemon, vm-runtime, runs the VMs): no cgo.
 (export CGO_ENABLED=0 && go_build "the shim" "" "$BIN/containerd-shim-vmpod-v2" ./cmd/containerd-shim-vmpod-v2) || exit 1
+# QEMU's jailer, which vm-runtime finds next to itself: no cgo either.
+(export CGO_ENABLED=0 && go_build "the jailer" "" "$BIN/vmpod-qemu" ./cmd/vmpod-qemu) || exit 1
 go_build "the apiserver forwarder" "" "$BIN/vmpod-local-forward" ./hack/local/forward
 if ((CRI_NODE)); then go_build "the VM-only node's registry" "" "$BIN/vmpod-local-registry" ./hack/local/registry; fi
 log "pause image (hack/pause/build.sh)"
@@ -327,6 +329,7 @@ start scheduler "$BIN/scheduler-plugin" --config "$STATE/scheduler-config.yaml" 
 # --- 5. The node: containerd, kubelet, labeller ---------------------------
 log "starting containerd 2.4.2 (runtime handler vmpod, snapshotter $snapshotter)"
 cp "$BIN/vm-runtime" "$STATE/bin/vm-runtime"
+cp "$BIN/vmpod-qemu" "$STATE/bin/vmpod-qemu"
 cp --remove-destination "$BIN/containerd-shim-vmpod-v2" "$STATE/bin/containerd-shim-vmpod-v2"
 sed -e "s|@STATE@|$STATE|g" -e "s|@RUN@|$RUN|g" -e "s|@PAUSE_IMAGE@|$PAUSE_IMAGE|g" -e "s|@SNAPSHOTTER@|$snapshotter|g" \
 	-e "s|@RUNC@|$(command -v runc)|g" -e "s|@BIN@|$BIN|g" hack/local/containerd.toml >"$STATE/containerd.toml"

@@ -10,7 +10,6 @@ import (
 	"github.com/vmpod/vmpod/internal/memdebug"
 	"github.com/vmpod/vmpod/pkg/jail"
 	"github.com/vmpod/vmpod/pkg/shim"
-	"github.com/vmpod/vmpod/pkg/vm"
 )
 
 const usage = `vm-runtime runs virtual machines as Kubernetes pods.
@@ -61,7 +60,7 @@ const shimName = "containerd-shim-vmpod-v2"
 func run(argv0 string, args []string) int {
 	if argv0 == jail.EmulatorName {
 		// libvirt starts this as the domain's emulator, with QEMU's arguments.
-		return vm.JailMain(args)
+		return jail.Main(args)
 	}
 	if argv0 == shimName {
 		if len(args) > 0 && args[0] == "shim" {

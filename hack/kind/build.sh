@@ -25,9 +25,10 @@ if [[ ${1:-} == --offline ]]; then
 	bin=_output/kind/bin
 	mkdir -p "$bin" _output/kind/images
 	k8s_ldflags="-X k8s.io/component-base/version.gitVersion=v1.37.2 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37"
-	log "go build vm-runtime, scheduler-plugin, the shim into $bin"
+	log "go build vm-runtime, scheduler-plugin, the shim, the jailer into $bin"
 	go build -ldflags "$k8s_ldflags" -o "$bin/" ./cmd/vm-runtime ./cmd/scheduler-plugin
 	CGO_ENABLED=0 go build -o "$bin/containerd-shim-vmpod-v2" ./cmd/containerd-shim-vmpod-v2
+	CGO_ENABLED=0 go build -o "$bin/vmpod-qemu" ./cmd/vmpod-qemu
 	log "building localhost/vmpod/vm-runtime:dev on localhost/vmpod/kind-base:bookworm"
 	docker build -q -f hack/kind/vm-runtime.offline.Dockerfile -t localhost/vmpod/vm-runtime:dev "$bin" >/dev/null
 	log "building localhost/vmpod/scheduler-plugin:dev"

@@ -1,5 +1,6 @@
 # The node image of vmpod: vm-runtime (the labeller, the installer's
-# payload) and containerd-shim-vmpod-v2 (the shim alone) with the
+# payload), vmpod-qemu (QEMU's jailer) and containerd-shim-vmpod-v2 (the
+# shim alone) with the
 # libvirt QEMU driver and QEMU it runs, on the Debian release kind's node
 # image is built on, so the binary the kind node mounts (extracted by
 # hack/kind/build.sh) finds the same libraries there. Build from the
@@ -14,7 +15,8 @@ WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/root/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     go build -trimpath -o /out/vm-runtime ./cmd/vm-runtime \
-    && CGO_ENABLED=0 go build -trimpath -o /out/containerd-shim-vmpod-v2 ./cmd/containerd-shim-vmpod-v2
+    && CGO_ENABLED=0 go build -trimpath -o /out/containerd-shim-vmpod-v2 ./cmd/containerd-shim-vmpod-v2 \
+    && CGO_ENABLED=0 go build -trimpath -o /out/vmpod-qemu ./cmd/vmpod-qemu
 
 FROM debian:${DEBIAN}-slim
 # util-linux: nsenter for the installer. libvirt's QEMU driver looks up the
@@ -26,5 +28,5 @@ RUN apt-get update && apt-get install -y --no-install-recommends \
     && (getent group libvirt-qemu || groupadd --system libvirt-qemu) \
     && (getent passwd libvirt-qemu || useradd --system --no-create-home --home-dir /var/lib/libvirt \
         --shell /usr/sbin/nologin --gid libvirt-qemu libvirt-qemu)
-COPY --from=build /out/vm-runtime /out/containerd-shim-vmpod-v2 /usr/local/bin/
+COPY --from=build /out/vm-runtime /out/vmpod-qemu /out/containerd-shim-vmpod-v2 /usr/local/bin/
 ENTRYPOINT ["vm-runtime"]

@@ -14,5 +14,5 @@ RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-ins
 # libvirt 9.0's embedded QEMU driver makes this state dir outside its
 # embed root, and the labeller's root filesystem is read-only.
 RUN mkdir -p /run/libvirt/hostdevmgr
-COPY vm-runtime containerd-shim-vmpod-v2 /usr/local/bin/
+COPY vm-runtime vmpod-qemu containerd-shim-vmpod-v2 /usr/local/bin/
 ENTRYPOINT ["vm-runtime"]

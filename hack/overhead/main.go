@@ -57,7 +57,7 @@ func main() {
 	// libvirt starts this binary, through the jailer link, as the VMs'
 	// emulator: it is then the jailer, as vm-runtime is in a pod.
 	if filepath.Base(os.Args[0]) == jail.EmulatorName {
-		os.Exit(vm.JailMain(os.Args[1:]))
+		os.Exit(jail.Main(os.Args[1:]))
 	}
 	var c config
 	var sizes, vcpus, noTHP string

@@ -24,7 +24,6 @@ import (
 	"github.com/vmpod/vmpod/pkg/jail"
 	nodepkg "github.com/vmpod/vmpod/pkg/node"
 	"github.com/vmpod/vmpod/pkg/nodeclient"
-	"github.com/vmpod/vmpod/pkg/vm"
 	"github.com/vmpod/vmpod/pkg/vmd"
 	"github.com/vmpod/vmpod/pkg/vmspec"
 )
@@ -33,7 +32,7 @@ func TestMain(m *testing.M) {
 	// libvirt starts this binary, through the jailer link, as the domain's
 	// emulator: it is the jailer then, as vm-runtime is.
 	if filepath.Base(os.Args[0]) == jail.EmulatorName {
-		os.Exit(vm.JailMain(os.Args[1:]))
+		os.Exit(jail.Main(os.Args[1:]))
 	}
 	os.Exit(m.Run())
 }

@@ -49,6 +49,15 @@
 // 1879048192-1879113727, is in the block systemd leaves unused); Allocate
 // leases one per pod through a file per uid.
 //
-// jail may import the standard library and golang.org/x/sys; nothing of
-// vmpod. pkg/vm uses it; cmd/vm-runtime calls Main.
+// The jailer is its own small program, cmd/vmpod-qemu (no cgo, no
+// libvirt: it starts in a few milliseconds where vm-runtime, which it
+// runs beside, takes about 100 ms and 60 MiB to load, three times per VM
+// start). vm-runtime and the test binaries that start VMs are the jailer
+// too when called by its name, for a node or a test without
+// cmd/vmpod-qemu; Program says which one a runtime links.
+//
+// jail may import the standard library, golang.org/x/sys, the OCI
+// runtime spec and pkg/podcgroup (the container's cgroup, which the
+// jailer enters); nothing else of vmpod. pkg/vm uses it; cmd/vmpod-qemu
+// and cmd/vm-runtime call Main.
 package jail

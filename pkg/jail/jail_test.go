@@ -20,7 +20,7 @@ import (
 // as vm-runtime is.
 func TestMain(m *testing.M) {
 	if filepath.Base(os.Args[0]) == jail.EmulatorName {
-		os.Exit(jail.Main(os.Args[1:], nil))
+		os.Exit(jail.Main(os.Args[1:]))
 	}
 	if len(os.Args) > 1 && os.Args[1] == seccompProbeArg {
 		os.Exit(seccompProbe())

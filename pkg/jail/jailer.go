@@ -15,7 +15,10 @@ import (
 	"strings"
 	"syscall"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+
+	"github.com/vmpod/vmpod/pkg/podcgroup"
 )
 
 // ExitFailed is the jailer's exit status when it cannot jail or exec the
@@ -26,9 +29,8 @@ const ExitFailed = 125
 // Main is the jailer: vm-runtime called as EmulatorName with QEMU's (or
 // qemu-img's) arguments. It execs the program or returns an exit status
 // after printing why not on stderr (libvirt's log of the domain, and its
-// error). enter is how it joins the Spec's Cgroup (nil: a Spec with a
-// Cgroup is refused).
-func Main(args []string, enter EnterCgroup) int {
+// error).
+func Main(args []string) int {
 	// Namespaces, credentials and capabilities below are the calling
 	// thread's: the whole setup and the exec run on this one thread.
 	runtime.LockOSThread()
@@ -36,7 +38,7 @@ func Main(args []string, enter EnterCgroup) int {
 	if path == "" {
 		return probe(args)
 	}
-	err := jailAndExec(path, args, enter)
+	err := jailAndExec(path, args)
 	fmt.Fprintf(os.Stderr, "%s: %v\n", EmulatorName, err)
 	return ExitFailed
 }
@@ -67,17 +69,14 @@ func probeEmulator() string {
 	}
 }
 
-func jailAndExec(specPath string, args []string, enter EnterCgroup) error {
+func jailAndExec(specPath string, args []string) error {
 	s, err := Read(specPath)
 	if err != nil {
 		return err
 	}
 	if s.Cgroup != nil {
 		// First: all the jailer and QEMU then do is the container's.
-		if enter == nil {
-			return fmt.Errorf("cgroup %s: this jailer cannot enter a cgroup", s.Cgroup.Path)
-		}
-		if err := enter(*s.Cgroup, os.Getpid()); err != nil {
+		if err := enterCgroup(*s.Cgroup, os.Getpid()); err != nil {
 			return fmt.Errorf("enter the container's cgroup: %w", err)
 		}
 	}
@@ -124,6 +123,21 @@ func jailAndExec(specPath string, args []string, enter EnterCgroup) error {
 		}
 	}
 	return fmt.Errorf("exec %s: %w", s.QEMU, syscall.Exec(s.QEMU, argv, env))
+}
+
+// enterCgroup moves pid, all its threads, into c, made with c's limits
+// if it is not there (pkg/podcgroup, on either cgroup driver).
+func enterCgroup(c Cgroup, pid int) error {
+	p, err := podcgroup.Parse(c.Path)
+	if err != nil {
+		return err
+	}
+	l := podcgroup.Limits{MemoryBytes: c.MemoryBytes}
+	if c.CPUShares != nil || c.CPUQuota != nil || c.CPUPeriod != nil {
+		l.CPU = &specs.LinuxCPU{Shares: c.CPUShares, Quota: c.CPUQuota, Period: c.CPUPeriod}
+	}
+	_, err = podcgroup.Enter(p, pid, l)
+	return err
 }
 
 // secretFile finds the file below dir that QEMU's command line hands to a

@@ -67,8 +67,7 @@ type Spec struct {
 }
 
 // Cgroup is a container's cgroup and its limits. The jailer enters it
-// through the function its caller hands Main (pkg/vm's, over
-// pkg/podcgroup): this package knows no cgroup driver.
+// through pkg/podcgroup, on either cgroup driver.
 type Cgroup struct {
 	// Path is the container's cgroupsPath (OCI linux.cgroupsPath: a
 	// cgroupfs path, or systemd's slice:prefix:name).
@@ -81,10 +80,6 @@ type Cgroup struct {
 	CPUQuota  *int64  `json:"cpuQuota,omitempty"`
 	CPUPeriod *uint64 `json:"cpuPeriod,omitempty"`
 }
-
-// EnterCgroup moves the calling process (pid), all its threads, into c,
-// made with c's limits if it is not there.
-type EnterCgroup func(c Cgroup, pid int) error
 
 // Validate checks what the jailer relies on.
 func (s Spec) Validate() error {
@@ -186,11 +181,37 @@ func Read(path string) (Spec, error) {
 	return s, s.Validate()
 }
 
-// LinkEmulator makes dir/EmulatorName a link to the running executable
-// (vm-runtime, or a test binary that calls Main), replacing a link that
-// points elsewhere, and returns its path: the domain's emulator.
-func LinkEmulator(dir string) (string, error) {
+// Program is the jailer a runtime links as its domains' emulator: the
+// vmpod-qemu program next to the running executable (cmd/vmpod-qemu,
+// installed beside vm-runtime), or else the running executable itself,
+// which must call Main when called as EmulatorName (vm-runtime does, and
+// the test binaries that start VMs).
+func Program() (string, error) {
 	exe, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	if exe, err = filepath.EvalSymlinks(exe); err != nil {
+		return "", err
+	}
+	return program(exe), nil
+}
+
+// program is the jailer for the executable exe: the executable file
+// EmulatorName next to it, or exe.
+func program(exe string) string {
+	beside := filepath.Join(filepath.Dir(exe), EmulatorName)
+	if fi, err := os.Stat(beside); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 && beside != exe {
+		return beside
+	}
+	return exe
+}
+
+// LinkEmulator makes dir/EmulatorName a link to the jailer (Program),
+// replacing a link that points elsewhere, and returns its path: the
+// domain's emulator.
+func LinkEmulator(dir string) (string, error) {
+	exe, err := Program()
 	if err != nil {
 		return "", err
 	}

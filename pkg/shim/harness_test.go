@@ -53,15 +53,22 @@ func buildShim(t testing.TB) string {
 		atExit = append(atExit, func() { os.RemoveAll(dir) })
 		shimBinary.path = filepath.Join(dir, "containerd-shim-vmpod-v2")
 		// As make build builds them: the shim without cgo, and next to it
-		// vm-runtime, the node daemon.
+		// vm-runtime, the node daemon, and its jailer.
 		shim := exec.Command("go", "build", "-o", shimBinary.path, "../../cmd/containerd-shim-vmpod-v2")
 		shim.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := shim.CombinedOutput(); err != nil {
 			shimBinary.err = fmt.Errorf("build containerd-shim-vmpod-v2: %v\n%s", err, out)
 			return
 		}
-		if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "vm-runtime"), "../../cmd/vm-runtime").CombinedOutput(); err != nil {
-			shimBinary.err = fmt.Errorf("build vm-runtime: %v\n%s", err, out)
+		for _, c := range []string{"vm-runtime", "vmpod-qemu"} {
+			build := exec.Command("go", "build", "-o", filepath.Join(dir, c), "../../cmd/"+c)
+			if c == "vmpod-qemu" {
+				build.Env = append(os.Environ(), "CGO_ENABLED=0") // as make build
+			}
+			if out, err := build.CombinedOutput(); err != nil {
+				shimBinary.err = fmt.Errorf("build %s: %v\n%s", c, err, out)
+				return
+			}
 		}
 	})
 	if shimBinary.err != nil {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/vmpod/vmpod/internal/testguest"
 	"github.com/vmpod/vmpod/pkg/jail"
-	"github.com/vmpod/vmpod/pkg/vm"
 )
 
 var unpacked struct {
@@ -46,7 +45,7 @@ func TestMain(m *testing.M) {
 	// libvirt starts this binary, through the jailer link, as the domain's
 	// emulator: it is the jailer then, as vm-runtime is.
 	if filepath.Base(os.Args[0]) == jail.EmulatorName {
-		os.Exit(vm.JailMain(os.Args[1:]))
+		os.Exit(jail.Main(os.Args[1:]))
 	}
 	code := m.Run()
 	for _, f := range atExit {

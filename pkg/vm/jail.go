@@ -11,24 +11,6 @@ import (
 	"github.com/vmpod/vmpod/pkg/podcgroup"
 )
 
-// JailMain is the jailer (jail.Main) of the binaries that start VMs:
-// vm-runtime called as jail.EmulatorName, and test binaries that stand in
-// for it. It enters QEMU's cgroup through pkg/podcgroup, on either driver.
-func JailMain(args []string) int { return jail.Main(args, enterCgroup) }
-
-func enterCgroup(c jail.Cgroup, pid int) error {
-	p, err := podcgroup.Parse(c.Path)
-	if err != nil {
-		return err
-	}
-	l := podcgroup.Limits{MemoryBytes: c.MemoryBytes}
-	if c.CPUShares != nil || c.CPUQuota != nil || c.CPUPeriod != nil {
-		l.CPU = &specs.LinuxCPU{Shares: c.CPUShares, Quota: c.CPUQuota, Period: c.CPUPeriod}
-	}
-	_, err = podcgroup.Enter(p, pid, l)
-	return err
-}
-
 // jailCgroup is the jail's form of QEMU's cgroup at p with these limits.
 func jailCgroup(p podcgroup.Path, memoryBytes uint64, cpu *specs.LinuxCPU) *jail.Cgroup {
 	c := &jail.Cgroup{Path: p.Raw, MemoryBytes: memoryBytes}

@@ -238,7 +238,7 @@ func (v *VM) StartMemory() uint64 { return v.startMemory }
 
 // Start boots the VM. QEMU starts in the Request's cgroup, with its
 // memory limit (guest RAM plus overhead) and CPU controls: its jailer
-// enters it before it execs QEMU (JailMain). Before the guest's first
+// enters it before it execs QEMU (jail.Spec.Cgroup). Before the guest's first
 // instruction the console attaches. It returns QEMU's pid.
 func (v *VM) Start(ctx context.Context) (int, error) {
 	if err := v.acquire(func(h *Held) { h.Cgroup = v.cgPath.Raw }); err != nil {

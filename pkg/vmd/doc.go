@@ -59,7 +59,7 @@
 //     docs/shim-memory.md).
 //
 // Also done: QEMU starts in the container's cgroup (its jailer enters it
-// before the exec, vm.JailMain), so its start-up memory is the pod's, not
+// before the exec, jail.Spec.Cgroup), so its start-up memory is the pod's, not
 // the daemon's (issue 28, item 4). test/containerd TestDaemonKilledUnderPods and test/e2e
 // TestRuntimeKilled (5 VM pods, the runtime killed with SIGKILL and
 // restarted, on both kinds of node); vm-runtime cri's

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
 
 	"github.com/vmpod/vmpod/pkg/jail"
 	"github.com/vmpod/vmpod/pkg/node"
@@ -72,6 +73,9 @@ func (s *Service) hypervisor(ctx context.Context) (vm.Env, error) {
 	jailer, err := jail.LinkEmulator(filepath.Dir(vm.JailerLink(s.cfg.StateRoot)))
 	if err != nil {
 		return vm.Env{}, errorf(errdefs.ErrInternal, "QEMU's jailer: %v", err)
+	}
+	if target, err := os.Readlink(jailer); err == nil {
+		log.G(ctx).Infof("QEMU's jailer: %s (%s next to vm-runtime, else vm-runtime itself)", target, jail.EmulatorName)
 	}
 	o := node.Options{CapsCache: s.cfg.CapsCache, KVMCache: s.cfg.KVMCache, Pod: true, Jailer: jailer}
 	conn, err := embedded.Open(ctx, s.cfg.libvirtRoot(), o)

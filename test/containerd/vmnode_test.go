@@ -51,19 +51,19 @@ func startVMNode(b testing.TB, pkg string, env []string) *vmNode {
 
 // buildShimDir builds pkg (a path below the repo root) and puts it on
 // containerd's PATH as containerd-shim-vmpod-v2, with vm-runtime (the
-// libvirt helper the shim starts) next to it.
+// node daemon) and its jailer next to it.
 func buildShimDir(b testing.TB, pkg string) string {
 	b.Helper()
 	dir := b.TempDir()
 	bin := filepath.Join(dir, filepath.Base(pkg))
-	for _, p := range []string{pkg, "./cmd/vm-runtime"} {
+	for _, p := range []string{pkg, "./cmd/vm-runtime", "./cmd/vmpod-qemu"} {
 		out := filepath.Join(dir, filepath.Base(p))
 		if p != pkg && out == bin {
 			continue
 		}
 		cmd := exec.Command("go", "build", "-o", out, p)
 		cmd.Dir = "../.."
-		if filepath.Base(p) == "containerd-shim-vmpod-v2" {
+		if b := filepath.Base(p); b == "containerd-shim-vmpod-v2" || b == "vmpod-qemu" {
 			cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // as make build
 		}
 		if out, err := cmd.CombinedOutput(); err != nil {

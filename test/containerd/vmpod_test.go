@@ -6,7 +6,6 @@ package containerd_test
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,18 +14,17 @@ import (
 	"time"
 
 	"github.com/vmpod/vmpod/internal/testenv/containerd"
+	"github.com/vmpod/vmpod/internal/testenv/repo"
 	"github.com/vmpod/vmpod/internal/testguest"
 )
 
-// shimDir builds vm-runtime and links it as containerd-shim-vmpod-v2 in a
+// shimDir builds vm-runtime (and its jailer) and links it as containerd-shim-vmpod-v2 in a
 // dir that goes first on containerd's PATH.
 func shimDir(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "vm-runtime")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/vm-runtime").CombinedOutput(); err != nil {
-		t.Fatalf("build vm-runtime: %v\n%s", err, out)
-	}
+	repo.Build(t, dir, repo.NodeRuntime...)
 	if err := os.Symlink(bin, filepath.Join(dir, "containerd-shim-vmpod-v2")); err != nil {
 		t.Fatal(err)
 	}

@@ -578,11 +578,7 @@ func (n *node) start() {
 	t := n.t
 	if n.bin == "" {
 		n.bin = filepath.Join(n.dir, "vm-runtime")
-		build := exec.Command("go", "build", "-o", n.bin, "./cmd/vm-runtime")
-		build.Dir = repo.Root(t)
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("build vm-runtime: %v\n%s", err, out)
-		}
+		repo.Build(t, n.dir, repo.NodeRuntime...)
 		n.logPath = filepath.Join(n.dir, "cri.log")
 		t.Cleanup(func() {
 			if n.server != nil {

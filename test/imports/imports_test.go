@@ -157,3 +157,28 @@ func TestShimLinksNoLibvirt(t *testing.T) {
 		t.Errorf("the shim does not build without cgo: %v\n%s", err, out)
 	}
 }
+
+// TestJailerIsSmall: vmpod-qemu runs three times for every VM start (the
+// image's qemu-img info, the overlay's qemu-img create, QEMU), so it links
+// only the jail and the cgroup code, builds without cgo, and starts in
+// milliseconds where vm-runtime takes about 100 ms to load.
+func TestJailerIsSmall(t *testing.T) {
+	p, ok := listPackages(t)[module+"/cmd/vmpod-qemu"]
+	if !ok {
+		t.Fatal("no cmd/vmpod-qemu")
+	}
+	for _, dep := range p.Deps {
+		if strings.HasPrefix(dep, module+"/") && dep != module+"/pkg/jail" && dep != module+"/pkg/podcgroup" {
+			t.Errorf("vmpod-qemu links %s; it may link pkg/jail and pkg/podcgroup only", dep)
+		}
+		if dep == "libvirt.org/go/libvirt" || strings.HasPrefix(dep, "k8s.io/") || strings.HasPrefix(dep, "google.golang.org/grpc") {
+			t.Errorf("vmpod-qemu links %s", dep)
+		}
+	}
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", os.DevNull, "./cmd/vmpod-qemu")
+	cmd.Dir = repo.Root(t)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("vmpod-qemu does not build without cgo: %v\n%s", err, out)
+	}
+}

@@ -425,9 +425,10 @@ func startInstaller(t *testing.T, repo string, env ...string) *exec.Cmd {
 	if hostMount == "" || scriptMount == "" {
 		t.Fatalf("the installer's mounts changed: %+v", c.VolumeMounts)
 	}
-	// The image's binary and the ConfigMap's files (the script and the
+	// The image's binaries and the ConfigMap's files (the script and the
 	// node daemon's unit beside it), where the container has them.
 	copyFile(t, filepath.Join(nodevm.ShareDir, "vm-runtime"), "/usr/local/bin/vm-runtime", 0o755)
+	copyFile(t, filepath.Join(nodevm.ShareDir, "vmpod-qemu"), "/usr/local/bin/vmpod-qemu", 0o755)
 	must(t, os.MkdirAll(scriptMount, 0o755))
 	for _, f := range installerConfigMapFiles(t, repo) {
 		copyFile(t, filepath.Join(repo, "manifests", f), filepath.Join(scriptMount, filepath.Base(f)), 0o644)

@@ -35,6 +35,7 @@ func TestCgroupV2SystemdNode(t *testing.T) {
 	repo := repo.Root(t)
 	bin := t.TempDir()
 	build(t, repo, filepath.Join(bin, "vm-runtime"), "build", "./cmd/vm-runtime")
+	build(t, repo, filepath.Join(bin, "vmpod-qemu"), "build", "./cmd/vmpod-qemu")
 	build(t, repo, filepath.Join(bin, "podcgroup.test"), "test", "-c", "-tags", "systemdnode", "./pkg/podcgroup")
 	self, err := os.Executable()
 	if err != nil {
@@ -55,6 +56,7 @@ func TestCgroupV2SystemdNode(t *testing.T) {
 	files := map[string]string{
 		"nodevm.test":      self,
 		"vm-runtime":       filepath.Join(bin, "vm-runtime"),
+		"vmpod-qemu":       filepath.Join(bin, "vmpod-qemu"),
 		"podcgroup.test":   filepath.Join(bin, "podcgroup.test"),
 		"kind-config.toml": filepath.Join(kindDir, "images", "base", "files", "etc", "containerd", "config.toml"),
 	}
