@@ -3,6 +3,8 @@ package shim_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -57,8 +59,9 @@ type startRun struct {
 //     the shim logs (vm.Phases);
 //   - libvirt: the domain XML vmpod defined for the same spec, with the
 //     files it names already made, defined and started by libvirt's
-//     embedded driver in this process (paused, the console connected,
-//     resumed, so no output is lost), the console read from its socket;
+//     embedded driver in a process of its own, as the node daemon runs it
+//     (paused, the console connected, resumed, so no output is lost), the
+//     console read from its socket;
 //   - bare QEMU: the same QEMU binary, kernel, initrd, command line,
 //     overlay disk, machine, CPU, memory and agent channel started by
 //     hand, unjailed, the console on its stdout.
@@ -82,15 +85,18 @@ func vmpodStart(b *testing.B) startRun {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	e := newPodEnv(b)
+	// The node daemon logs the phases of each VM it starts, in one log
+	// for the test binary: this run's line comes after its size now.
+	d := daemon(b)
+	logFrom := fileSize(d.log)
 	c, qemuPID := e.runPod(b, ctx)
 	e.stdout.waitFor(b, initMarker, 2*time.Minute)
 	first, _, _ := e.stdout.when("")
 	initAt, _, _ := e.stdout.when(initMarker)
-	e.shimLog.waitFor(b, "phases=", 10*time.Second)
-	_, line, _ := e.shimLog.when("phases=")
+	line := waitLogLine(b, d.log, logFrom, "VM "+e.p.vmID+" started", 10*time.Second)
 	phases, err := vm.ParsePhases(logField(line, "phases"))
 	if err != nil {
-		b.Fatalf("shim log %q: %v", line, err)
+		b.Fatalf("node daemon log %q: %v", line, err)
 	}
 	r := startRun{
 		firstLine: first.Sub(e.createdAt), init: initAt.Sub(e.createdAt),
@@ -119,6 +125,33 @@ func cpusAllowed(pid int) string {
 	return "?"
 }
 
+func fileSize(path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// waitLogLine waits for the first line holding substr in the log at path
+// past offset from.
+func waitLogLine(b *testing.B, path string, from int64, substr string, timeout time.Duration) string {
+	deadline := time.Now().Add(timeout)
+	for {
+		if data, err := os.ReadFile(path); err == nil && int64(len(data)) > from {
+			for _, line := range strings.Split(string(data[from:]), "\n") {
+				if strings.Contains(line, substr) {
+					return line
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("no %q in %s within %s", substr, path, timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // logField is the value of key="..." in a logrus text line.
 func logField(line, key string) string {
 	_, rest, ok := strings.Cut(line, key+`="`)
@@ -129,154 +162,135 @@ func logField(line, key string) string {
 	return v
 }
 
-// startReference is libvirt's embedded driver in this process, on a root
-// of its own, with the capabilities cache the shims use.
+// The libvirt reference runs in a process of its own (this test binary
+// again, startRefEnv set: TestMain hands it to startRefMain), as the node
+// daemon does: libvirt's event loop, which carries its QMP exchange with
+// QEMU, then shares nothing with the benchmark's goroutines. The process
+// answers one JSON request per line on stdin: "libvirt" (a timed start of
+// vmpod's domain XML), "prepare" (every file the domain names, made
+// through pkg/vm, and its XML, for bare QEMU) and "release".
+const startRefEnv = "VMPOD_START_REFERENCE"
+
+// startRefConfig is what the reference process is started with.
+type startRefConfig struct {
+	Root      string // a dir of its own (short: socket paths)
+	Rootfs    string // the test guest's containerdisk, unpacked
+	Jailer    string // the link to vmpod-qemu its domains name
+	CapsCache string // the node daemon's capabilities cache
+}
+
+type startRefRequest struct {
+	Op  string `json:"op"`
+	Dir string `json:"dir,omitempty"`
+}
+
+type startRefReply struct {
+	Err string `json:"err,omitempty"`
+	// prepare
+	Dir        string `json:"dir,omitempty"`
+	XML        string `json:"xml,omitempty"`
+	DomainType string `json:"domainType,omitempty"`
+	// libvirt
+	FirstLine time.Duration `json:"firstLine,omitempty"`
+	Init      time.Duration `json:"init,omitempty"`
+	Define    time.Duration `json:"define,omitempty"`
+	Start     time.Duration `json:"start,omitempty"`
+	CPUs      string        `json:"cpus,omitempty"`
+}
+
+// startReference is the benchmark's end of the reference process.
 type startReference struct {
-	root   string
-	conn   *libvirt.Conn
-	rt     *vm.Runtime
-	host   host.Host
-	spec   vmspec.Spec
-	rootfs string
+	cmd *exec.Cmd
+	enc *json.Encoder
+	dec *json.Decoder
 	// domainType is the domain's type in vmpod's XML: kvm, or qemu (TCG).
 	domainType string
-	// jailer links to the jailer vmpod's domains name (vmpod-qemu), so
-	// the reference's QEMU starts through the same program.
-	jailer string
 }
 
 func newStartReference(b *testing.B) *startReference {
-	ctx := context.Background()
 	root, err := os.MkdirTemp("/tmp", "vmpod-ref-") // short: socket paths
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { os.RemoveAll(root) })
-	o := node.Options{CapsCache: filepath.Join(filepath.Dir(buildShim(b)), "caps"), Pod: true}
-	r := &startReference{root: root}
-	if r.conn, err = embedded.Open(ctx, filepath.Join(root, "libvirt"), o); err != nil {
+	// The jailer the node daemon links, built next to the shim, so the
+	// reference's QEMU starts through the same program.
+	cfg := startRefConfig{Root: root, Rootfs: testguest.Rootfs(b, root),
+		Jailer:    filepath.Join(root, "jailer", jail.EmulatorName),
+		CapsCache: filepath.Join(filepath.Dir(buildShim(b)), "caps")}
+	if err := os.MkdirAll(filepath.Dir(cfg.Jailer), 0o755); err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { r.conn.Close() })
-	r.rt = vm.NewRuntime(r.conn)
-	if r.host, err = node.HostOf(ctx, r.conn, o); err != nil {
+	if err := os.Symlink(filepath.Join(filepath.Dir(buildShim(b)), jail.EmulatorName), cfg.Jailer); err != nil {
 		b.Fatal(err)
 	}
-	p := testPod{sandboxID: "ref", vmID: "ref", cgroupParent: "/ref"}
-	if r.spec, err = vmspec.FromOCI(vmSpec(p, "", "", nil)); err != nil {
+	conf, err := json.Marshal(cfg)
+	if err != nil {
 		b.Fatal(err)
 	}
-	r.spec.NICs = nil
-	r.rootfs = testguest.Rootfs(b, root)
-	// The jailer the node daemon links, built next to the shim.
-	bin := filepath.Join(filepath.Dir(buildShim(b)), jail.EmulatorName)
-	r.jailer = filepath.Join(root, "jailer", jail.EmulatorName)
-	if err := os.MkdirAll(filepath.Dir(r.jailer), 0o755); err != nil {
+	self, err := os.Executable()
+	if err != nil {
 		b.Fatal(err)
 	}
-	if err := os.Symlink(bin, r.jailer); err != nil {
+	r := &startReference{cmd: exec.Command(self)}
+	r.cmd.Env = append(os.Environ(), startRefEnv+"="+string(conf))
+	r.cmd.Stderr = os.Stderr
+	in, err := r.cmd.StdinPipe()
+	if err != nil {
 		b.Fatal(err)
 	}
+	out, err := r.cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := r.cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		in.Close() // it ends at EOF, its VMs gone
+		if err := r.cmd.Wait(); err != nil {
+			b.Errorf("the libvirt reference process: %v", err)
+		}
+	})
+	r.enc, r.dec = json.NewEncoder(in), json.NewDecoder(out)
 	return r
 }
 
-// prepare makes, through pkg/vm, every file the domain names (overlay,
-// jail, VM dir) and returns the domain XML vmpod defined for it, no
-// longer defined; done removes it all.
-func (r *startReference) prepare(b *testing.B) (l vm.Layout, xml string, done func()) {
-	ctx := context.Background()
-	dir, err := os.MkdirTemp(r.root, "vm-")
-	if err != nil {
-		b.Fatal(err)
+func (r *startReference) call(b *testing.B, req startRefRequest) startRefReply {
+	if err := r.enc.Encode(req); err != nil {
+		b.Fatalf("the libvirt reference process: %v", err)
 	}
-	l = vm.Layout{Dir: dir}
-	j, err := vm.LeaseJail(r.root, jail.DefaultRange, l, 4<<30)
-	if err != nil {
-		b.Fatal(err)
+	var rep startRefReply
+	if err := r.dec.Decode(&rep); err != nil {
+		b.Fatalf("the libvirt reference process: %v", err)
 	}
-	j.LibvirtRoot = filepath.Join(r.root, "libvirt")
-	j.Jailer = r.jailer
-	img, err := vm.InspectImage(ctx, r.rootfs, j, l)
-	if err != nil {
-		b.Fatal(err)
+	if rep.Err != "" {
+		b.Fatalf("the libvirt reference process, %s: %s", req.Op, rep.Err)
 	}
-	m, err := r.rt.Create(ctx, vm.Config{Spec: r.spec, Host: r.host, Image: img, Layout: l, Jail: j})
-	if err != nil {
-		b.Fatal(err)
+	if rep.DomainType != "" {
+		r.domainType = rep.DomainType
 	}
-	done = func() {
-		if err := m.Delete(context.Background()); err != nil {
-			b.Error(err)
-		}
-		if err := vm.ReleaseJail(r.root, l); err != nil {
-			b.Error(err)
-		}
-		os.RemoveAll(dir)
-	}
-	data, err := os.ReadFile(filepath.Join(r.root, "libvirt", "etc", "qemu", r.spec.Name+".xml"))
-	if err != nil {
-		done()
-		b.Fatal(err)
-	}
-	if err := r.conn.Undefine(ctx, r.spec.Name); err != nil {
-		done()
-		b.Fatal(err)
-	}
-	var d libvirtxml.Domain
-	if err := d.Unmarshal(string(data)); err != nil {
-		done()
-		b.Fatal(err)
-	}
-	r.domainType = d.Type
-	return l, string(data), done
+	return rep
 }
 
-// libvirtStart defines and starts the XML vmpod made, to /init.
+// libvirtStart defines and starts the XML vmpod made, to /init, in the
+// reference process.
 func (r *startReference) libvirtStart(b *testing.B) startRun {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	l, xml, done := r.prepare(b)
-	defer done()
-
-	began := time.Now()
-	if err := r.conn.Define(ctx, xml); err != nil {
-		b.Fatal(err)
-	}
-	defined := time.Now()
-	if err := r.conn.Start(ctx, r.spec.Name, virt.StartOptions{Paused: true}); err != nil {
-		b.Fatal(err)
-	}
-	console, err := net.Dial("unix", l.Console())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer console.Close()
-	if err := r.conn.Resume(ctx, r.spec.Name); err != nil {
-		b.Fatal(err)
-	}
-	resumed := time.Now()
-	first, init := readUntil(b, console, began, initMarker, func() string { return "" })
-	info, err := r.conn.Info(ctx, r.spec.Name)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cpus := cpusAllowed(info.PID)
-	if err := r.conn.Destroy(ctx, r.spec.Name); err != nil {
-		b.Error(err)
-	}
-	return startRun{firstLine: first, init: init, cpus: cpus, define: defined.Sub(began), start: resumed.Sub(defined)}
+	rep := r.call(b, startRefRequest{Op: "libvirt"})
+	return startRun{firstLine: rep.FirstLine, init: rep.Init, cpus: rep.CPUs, define: rep.Define, start: rep.Start}
 }
 
 // bareStart starts QEMU by hand with what the domain XML names, to /init.
 func (r *startReference) bareStart(b *testing.B) startRun {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	l, xml, done := r.prepare(b)
-	defer done()
-	args := bareArgs(b, xml, l)
+	rep := r.call(b, startRefRequest{Op: "prepare"})
+	defer r.call(b, startRefRequest{Op: "release", Dir: rep.Dir})
+	l := vm.Layout{Dir: rep.Dir}
+	emulator, args := bareArgs(b, rep.XML, l)
 
 	began := time.Now()
-	cmd := exec.CommandContext(ctx, r.host.Emulator, args...)
+	cmd := exec.CommandContext(ctx, emulator, args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		b.Fatal(err)
@@ -290,19 +304,213 @@ func (r *startReference) bareStart(b *testing.B) startRun {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	}()
-	first, init := readUntil(b, out, began, initMarker, func() string { return fmt.Sprintf("QEMU %v: %s", args, stderr.String()) })
+	first, init, err := readUntil(out, began, initMarker)
+	if err != nil {
+		b.Fatalf("%v\nQEMU %v: %s", err, args, stderr.String())
+	}
 	return startRun{firstLine: first, init: init, cpus: cpusAllowed(cmd.Process.Pid)}
+}
+
+// startRefMain is the reference process: libvirt's embedded driver on a
+// root of its own, with the capabilities cache the node daemon uses.
+func startRefMain() int {
+	fail := func(err error) int {
+		fmt.Fprintf(os.Stderr, "libvirt reference: %v\n", err)
+		return 1
+	}
+	var cfg startRefConfig
+	if err := json.Unmarshal([]byte(os.Getenv(startRefEnv)), &cfg); err != nil {
+		return fail(err)
+	}
+	ctx := context.Background()
+	o := node.Options{CapsCache: cfg.CapsCache, Pod: true, Jailer: cfg.Jailer}
+	conn, err := embedded.Open(ctx, filepath.Join(cfg.Root, "libvirt"), o)
+	if err != nil {
+		return fail(err)
+	}
+	defer conn.Close()
+	h, err := node.HostOf(ctx, conn, o)
+	if err != nil {
+		return fail(err)
+	}
+	p := testPod{sandboxID: "ref", vmID: "ref", cgroupParent: "/ref"}
+	spec, err := vmspec.FromOCI(vmSpec(p, "", "", nil))
+	if err != nil {
+		return fail(err)
+	}
+	spec.NICs = nil
+	ref := refProcess{cfg: cfg, conn: conn, rt: vm.NewRuntime(conn), host: h, spec: spec, prepared: map[string]func() error{}}
+	defer ref.releaseAll()
+	dec, enc := json.NewDecoder(os.Stdin), json.NewEncoder(os.Stdout)
+	for {
+		var req startRefRequest
+		if err := dec.Decode(&req); err != nil {
+			if errors.Is(err, io.EOF) {
+				return 0
+			}
+			return fail(err)
+		}
+		rep, err := ref.serve(ctx, req)
+		if err != nil {
+			rep = startRefReply{Err: err.Error()}
+		}
+		if err := enc.Encode(rep); err != nil {
+			return fail(err)
+		}
+	}
+}
+
+type refProcess struct {
+	cfg      startRefConfig
+	conn     *libvirt.Conn
+	rt       *vm.Runtime
+	host     host.Host
+	spec     vmspec.Spec
+	prepared map[string]func() error // by VM dir: its release
+}
+
+func (r *refProcess) serve(ctx context.Context, req startRefRequest) (startRefReply, error) {
+	switch req.Op {
+	case "prepare":
+		l, xml, err := r.prepare(ctx)
+		if err != nil {
+			return startRefReply{}, err
+		}
+		return startRefReply{Dir: l.Dir, XML: xml, DomainType: domainType(xml)}, nil
+	case "release":
+		return startRefReply{}, r.release(req.Dir)
+	case "libvirt":
+		return r.libvirtStart(ctx)
+	}
+	return startRefReply{}, fmt.Errorf("no op %q", req.Op)
+}
+
+// prepare makes, through pkg/vm, every file the domain names (overlay,
+// jail, VM dir) and returns the domain XML vmpod defined for it, no
+// longer defined; release removes it all.
+func (r *refProcess) prepare(ctx context.Context) (vm.Layout, string, error) {
+	dir, err := os.MkdirTemp(r.cfg.Root, "vm-")
+	if err != nil {
+		return vm.Layout{}, "", err
+	}
+	l := vm.Layout{Dir: dir}
+	j, err := vm.LeaseJail(r.cfg.Root, jail.DefaultRange, l, 4<<30)
+	if err != nil {
+		os.RemoveAll(dir)
+		return vm.Layout{}, "", err
+	}
+	j.LibvirtRoot = filepath.Join(r.cfg.Root, "libvirt")
+	j.Jailer = r.cfg.Jailer
+	var m *vm.Machine
+	r.prepared[dir] = func() error {
+		var errs []error
+		if m != nil {
+			errs = append(errs, m.Delete(context.Background()))
+		}
+		errs = append(errs, vm.ReleaseJail(r.cfg.Root, l), os.RemoveAll(dir))
+		return errors.Join(errs...)
+	}
+	img, err := vm.InspectImage(ctx, r.cfg.Rootfs, j, l)
+	if err != nil {
+		return l, "", errors.Join(err, r.release(dir))
+	}
+	if m, err = r.rt.Create(ctx, vm.Config{Spec: r.spec, Host: r.host, Image: img, Layout: l, Jail: j}); err != nil {
+		return l, "", errors.Join(err, r.release(dir))
+	}
+	data, err := os.ReadFile(filepath.Join(r.cfg.Root, "libvirt", "etc", "qemu", r.spec.Name+".xml"))
+	if err != nil {
+		return l, "", errors.Join(err, r.release(dir))
+	}
+	if err := r.conn.Undefine(ctx, r.spec.Name); err != nil {
+		return l, "", errors.Join(err, r.release(dir))
+	}
+	return l, string(data), nil
+}
+
+func (r *refProcess) release(dir string) error {
+	done, ok := r.prepared[dir]
+	if !ok {
+		return fmt.Errorf("no VM prepared in %s", dir)
+	}
+	delete(r.prepared, dir)
+	return done()
+}
+
+func (r *refProcess) releaseAll() {
+	for dir := range r.prepared {
+		if err := r.release(dir); err != nil {
+			fmt.Fprintf(os.Stderr, "libvirt reference: %v\n", err)
+		}
+	}
+}
+
+// libvirtStart defines and starts the XML vmpod made, to /init: Define,
+// Start paused, the console connected, Resume (what vmpod does, so no
+// output is lost), the console read from its socket.
+func (r *refProcess) libvirtStart(ctx context.Context) (_ startRefReply, retErr error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	l, xml, err := r.prepare(ctx)
+	if err != nil {
+		return startRefReply{}, err
+	}
+	defer func() { retErr = errors.Join(retErr, r.release(l.Dir)) }()
+
+	began := time.Now()
+	if err := r.conn.Define(ctx, xml); err != nil {
+		return startRefReply{}, err
+	}
+	defined := time.Now()
+	if err := r.conn.Start(ctx, r.spec.Name, virt.StartOptions{Paused: true}); err != nil {
+		return startRefReply{}, err
+	}
+	defer r.conn.Destroy(context.WithoutCancel(ctx), r.spec.Name)
+	console, err := net.Dial("unix", l.Console())
+	if err != nil {
+		return startRefReply{}, err
+	}
+	defer console.Close()
+	if err := r.conn.Resume(ctx, r.spec.Name); err != nil {
+		return startRefReply{}, err
+	}
+	resumed := time.Now()
+	first, init, err := readUntil(console, began, initMarker)
+	if err != nil {
+		return startRefReply{}, err
+	}
+	info, err := r.conn.Info(ctx, r.spec.Name)
+	if err != nil {
+		return startRefReply{}, err
+	}
+	return startRefReply{FirstLine: first, Init: init, CPUs: cpusAllowed(info.PID),
+		Define: defined.Sub(began), Start: resumed.Sub(defined), DomainType: domainType(xml)}, nil
+}
+
+// domainType is the type of the domain in xml: kvm, or qemu (TCG).
+func domainType(xml string) string {
+	var d libvirtxml.Domain
+	if d.Unmarshal(xml) != nil {
+		return ""
+	}
+	return d.Type
 }
 
 // bareArgs is QEMU's command line for the domain in xml, by hand: the
 // same machine, accelerator (and TCG translation cache), firmware ROM,
 // CPU, memory, vCPUs, kernel, initrd and command line, the overlay on virtio-blk, the agent's virtio-serial
 // port, the serial console on stdout; no NIC, no monitor, no sandbox.
-func bareArgs(b *testing.B, xml string, l vm.Layout) []string {
+func bareArgs(b *testing.B, xml string, l vm.Layout) (emulator string, args []string) {
 	var d libvirtxml.Domain
 	if err := d.Unmarshal(xml); err != nil {
 		b.Fatal(err)
 	}
+	// The domain's emulator is the jailer; QEMU is what the jail spec
+	// execs, the node's (host.Host.Emulator).
+	js, err := jail.Read(l.JailSpec())
+	if err != nil {
+		b.Fatal(err)
+	}
+	emulator = js.QEMU
 	accel := "tcg"
 	if d.Type == "kvm" {
 		accel = "kvm"
@@ -313,7 +521,7 @@ func bareArgs(b *testing.B, xml string, l vm.Layout) []string {
 	if d.OS != nil && d.OS.Type != nil && d.OS.Type.Machine != "" {
 		machine = d.OS.Type.Machine
 	}
-	args := []string{"-nodefaults", "-no-user-config", "-display", "none",
+	args = []string{"-nodefaults", "-no-user-config", "-display", "none",
 		"-machine", machine, "-accel", accel,
 		"-m", fmt.Sprintf("%dM", memoryMiB(d)), "-smp", fmt.Sprint(d.VCPU.Value)}
 	if c := d.CPU; c != nil {
@@ -335,7 +543,7 @@ func bareArgs(b *testing.B, xml string, l vm.Layout) []string {
 			args = append(args, "-initrd", d.OS.Initrd)
 		}
 	}
-	return append(args,
+	return emulator, append(args,
 		"-drive", "file="+l.Overlay()+",format=qcow2,if=none,id=disk0",
 		"-device", "virtio-blk-pci,drive=disk0",
 		"-device", "virtio-serial-pci",
@@ -370,9 +578,9 @@ func memoryMiB(d libvirtxml.Domain) uint {
 }
 
 // readUntil reads serial lines from r and returns, from began, when the
-// first line arrived and when the line holding marker did; context adds
-// to the failure when the console ends first.
-func readUntil(b *testing.B, r io.Reader, began time.Time, marker string, context func() string) (first, found time.Duration) {
+// first line arrived and when the line holding marker did; an error, with
+// what was read, if the console ends first.
+func readUntil(r io.Reader, began time.Time, marker string) (first, found time.Duration, err error) {
 	br := bufio.NewReader(r)
 	var seen []string
 	for {
@@ -384,11 +592,11 @@ func readUntil(b *testing.B, r io.Reader, began time.Time, marker string, contex
 			}
 			seen = append(seen, strings.TrimSpace(line))
 			if strings.Contains(line, marker) {
-				return first, at
+				return first, at, nil
 			}
 		}
 		if err != nil {
-			b.Fatalf("serial console ended before %q: %v; got:\n%s\n%s", marker, err, strings.Join(seen, "\n"), context())
+			return 0, 0, fmt.Errorf("serial console ended before %q: %v; got:\n%s", marker, err, strings.Join(seen, "\n"))
 		}
 	}
 }
