@@ -17,7 +17,7 @@ func TestDaemonFlags(t *testing.T) {
 	if code != 0 || socket != node.DefaultSocket || metrics != "" {
 		t.Fatalf("defaults: socket %q, metrics %q, exit %d", socket, metrics, code)
 	}
-	want := vmd.Config{StateRoot: "/var/lib/vmpod", CapsCache: DefaultCapsCache, KVMCache: cfg.KVMCache, DiskCap: 20 << 30}
+	want := vmd.Config{StateRoot: "/var/lib/vmpod", CapsCache: DefaultCapsCache, KVMCache: cfg.KVMCache, DiskCap: 20 << 30, CapsProbe: capsProbe()}
 	if diff := cmp.Diff(want, cfg); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)
 	}

@@ -37,6 +37,10 @@ Usage:
       exits, exec and console), served over the node API (ttrpc,
       api/node/v1) on a root-only socket to the containerd shims. A
       restarted daemon takes the running VMs over.
+  vm-runtime caps-probe --cache DIR [--jailer PATH]
+      Fill the node's libvirt capabilities cache by probing QEMU (and the
+      jailer) in this process; the daemon and the CRI server run it when
+      the cache is cold, so they load it as vmpod trims it.
   vm-runtime render -f pod.yaml [--capabilities caps.xml [--domain-capabilities domcaps.xml]]
       Print the libvirt domain XML the pod becomes on this node (or on the
       node whose capabilities are given). Exit 2 if the pod is invalid.
@@ -83,6 +87,8 @@ func run(argv0 string, args []string) int {
 		return criCmd(args[1:])
 	case "daemon":
 		return daemonCmd(args[1:])
+	case "caps-probe":
+		return capsProbeCmd(args[1:])
 	case "render":
 		return renderCmd(args[1:])
 	case "labeller":

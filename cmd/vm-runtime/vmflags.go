@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/vmpod/vmpod/pkg/jail"
 	"github.com/vmpod/vmpod/pkg/node"
+	"github.com/vmpod/vmpod/pkg/node/embedded"
 	"github.com/vmpod/vmpod/pkg/vmd"
 )
 
@@ -31,7 +33,7 @@ func addVMFlags(fs *flag.FlagSet, stateRootHelp string) vmFlags {
 // config is what the flags say, once parsed; false after saying on
 // stderr, for cmd, what is wrong.
 func (f vmFlags) config(cmd string) (vmd.Config, bool) {
-	cfg := vmd.Config{StateRoot: *f.stateRoot, CapsCache: *f.capsCache, KVMCache: *f.kvmCache}
+	cfg := vmd.Config{StateRoot: *f.stateRoot, CapsCache: *f.capsCache, KVMCache: *f.kvmCache, CapsProbe: capsProbe()}
 	if *f.uids != "" {
 		r, err := jail.ParseRange(*f.uids)
 		if err != nil {
@@ -47,4 +49,32 @@ func (f vmFlags) config(cmd string) (vmd.Config, bool) {
 	}
 	cfg.DiskCap = uint64(q.Value())
 	return cfg, true
+}
+
+// capsProbe is this binary's caps-probe command (vmd.Config.CapsProbe),
+// nil if the binary cannot be found.
+func capsProbe() []string {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil
+	}
+	return []string{exe, "caps-probe"}
+}
+
+// capsProbeCmd is vm-runtime caps-probe --cache DIR --jailer PATH: the
+// node daemon and the CRI server run it when the node's capabilities
+// cache is cold, so they load the cache rather than hold a probe of their
+// own (embedded.Probe).
+func capsProbeCmd(args []string) int {
+	fs := flag.NewFlagSet("caps-probe", flag.ContinueOnError)
+	dir := fs.String("cache", DefaultCapsCache, "the capabilities cache to fill")
+	jailer := fs.String("jailer", "", "the emulator the node's domains name, probed too")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if err := embedded.Probe(context.Background(), *dir, *jailer); err != nil {
+		fmt.Fprintf(os.Stderr, "caps-probe: %v\n", err)
+		return 1
+	}
+	return 0
 }

@@ -21,6 +21,12 @@ type Options struct {
 	// capabilities are probed at open and shared through CapsCache, so only
 	// the node's first pod pays for the probe.
 	Jailer string
+	// ProbeArgv, when set, is a command that fills a cold CapsCache in a
+	// process of its own (vm-runtime caps-probe; embedded.Probe): libvirt
+	// keeps what it probed in its process as probed, while an open from
+	// the cache loads it as vmpod trims it (pkg/virt/libvirt maskCaps),
+	// so the process that runs the node's VMs never probes itself.
+	ProbeArgv []string
 }
 
 // HostOf is what VMs run on through hv: libvirt's capabilities, less KVM

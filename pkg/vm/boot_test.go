@@ -3,8 +3,10 @@ package vm_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -47,7 +49,25 @@ func runtimeForTest(t testing.TB) (*vm.Runtime, host.Host, string) {
 		}
 		cleanupAtExit(func() { os.RemoveAll(shared.root) })
 		ctx := context.Background()
-		shared.conn, shared.err = libvirt.OpenEmbedded(ctx, filepath.Join(shared.root, "libvirt"), libvirt.EmbedOptions{})
+		// The jailer link the VMs name (LeaseJail makes the same), its
+		// capabilities loaded at open, as the node daemon has them.
+		jailer, err := jail.LinkEmulator(filepath.Dir(vm.JailerLink(shared.root)))
+		if err != nil {
+			shared.err = err
+			return
+		}
+		// QEMU's capabilities probed in a process of its own, as the
+		// node daemon has them probed (vm-runtime caps-probe), so this
+		// process loads them from the cache as vmpod trims it.
+		caps := filepath.Join(shared.root, "caps")
+		probe := exec.Command(os.Args[0])
+		probe.Env = append(os.Environ(), capsProbeEnv+"="+caps, capsProbeJailerEnv+"="+jailer)
+		if out, err := probe.CombinedOutput(); err != nil {
+			shared.err = fmt.Errorf("probe QEMU's capabilities: %v: %s", err, out)
+			return
+		}
+		shared.conn, shared.err = libvirt.OpenEmbedded(ctx, filepath.Join(shared.root, "libvirt"),
+			libvirt.EmbedOptions{CacheDir: caps, Emulators: []string{jailer}})
 		if shared.err != nil {
 			return
 		}

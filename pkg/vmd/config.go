@@ -20,6 +20,10 @@ type Config struct {
 	UIDs jail.Range
 	// DiskCap is the most a VM's disk overlay may grow to.
 	DiskCap uint64
+	// CapsProbe is the command that fills a cold CapsCache in a process
+	// of its own (node.Options.ProbeArgv: vm-runtime caps-probe); empty,
+	// libvirt probes in this process.
+	CapsProbe []string
 }
 
 // DefaultDiskCap is the default Config.DiskCap: 20 GiB.

@@ -77,7 +77,7 @@ func (s *Service) hypervisor(ctx context.Context) (vm.Env, error) {
 	if target, err := os.Readlink(jailer); err == nil {
 		log.G(ctx).Infof("QEMU's jailer: %s (%s next to vm-runtime, else vm-runtime itself)", target, jail.EmulatorName)
 	}
-	o := node.Options{CapsCache: s.cfg.CapsCache, KVMCache: s.cfg.KVMCache, Pod: true, Jailer: jailer}
+	o := node.Options{CapsCache: s.cfg.CapsCache, KVMCache: s.cfg.KVMCache, Pod: true, Jailer: jailer, ProbeArgv: s.cfg.CapsProbe}
 	conn, err := embedded.Open(ctx, s.cfg.libvirtRoot(), o)
 	if err != nil {
 		return vm.Env{}, err

@@ -1,7 +1,6 @@
 // Package embedded opens libvirt's embedded QEMU driver the way every
-// vmpod process that holds libvirt does: a pod's helper (vm-runtime
-// hypervisor, which the pod's shim starts on demand), the cleanup after a
-// dead shim, vm-runtime cri for its node, the labeller and render.
+// vmpod process that holds libvirt does: the node daemon, vm-runtime cri,
+// the labeller and render.
 //
 // It may import pkg/node, pkg/virt/libvirt and the standard library. It
 // links libvirt (cgo): the shim must not import it.
@@ -11,15 +10,16 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 
 	"github.com/vmpod/vmpod/pkg/node"
 	"github.com/vmpod/vmpod/pkg/virt/libvirt"
 )
 
 // Open opens libvirt's embedded QEMU driver on root, as every vmpod
-// process does (the shim for a pod, the cleanup after a dead shim, the
-// labeller and render for the node).
+// process does.
 func Open(ctx context.Context, root string, o node.Options) (*libvirt.Conn, error) {
 	opts := libvirt.EmbedOptions{CacheDir: o.CapsCache, NoCgroups: o.Pod}
 	if o.Jailer != "" {
@@ -40,6 +40,33 @@ func Open(ctx context.Context, root string, o node.Options) (*libvirt.Conn, erro
 		if err := node.Flock(ctx, lock); err != nil {
 			return nil, fmt.Errorf("capabilities cache: wait for another process's probe: %w", err)
 		}
+		if len(o.ProbeArgv) > 0 && libvirt.ColdCache(o.CapsCache, opts.Emulators) {
+			cmd := exec.CommandContext(ctx, o.ProbeArgv[0], append(o.ProbeArgv[1:], "--cache", o.CapsCache, "--jailer", o.Jailer)...)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return nil, fmt.Errorf("probe QEMU's capabilities (%s): %v: %s", strings.Join(cmd.Args, " "), err, out)
+			}
+		}
 	}
 	return libvirt.OpenEmbedded(ctx, root, opts)
+}
+
+// Probe fills the capabilities cache dir with what libvirt probes of
+// QEMU and of jailer, through an embedded driver on a root of its own,
+// removed after: the work of vm-runtime caps-probe (node.Options.ProbeArgv).
+// The caller holds the cache's probe lock.
+func Probe(ctx context.Context, dir, jailer string) error {
+	root, err := os.MkdirTemp("", "vmpod-caps-probe-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(root)
+	opts := libvirt.EmbedOptions{CacheDir: dir, NoCgroups: true}
+	if jailer != "" {
+		opts.Emulators = []string{jailer}
+	}
+	c, err := libvirt.OpenEmbedded(ctx, filepath.Join(root, "libvirt"), opts)
+	if err != nil {
+		return err
+	}
+	return c.Close()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -135,9 +136,41 @@ func OpenEmbedded(ctx context.Context, root string, opts EmbedOptions) (_ *Conn,
 		}
 	}
 
+	if _, err := maskCaps(capsDir); err != nil {
+		return nil, fmt.Errorf("capabilities cache: %w: %v", errdefs.ErrInternal, err)
+	}
+	c, err := openProbed(ctx, root, opts)
+	if err != nil {
+		return nil, err
+	}
+	// A probe on this open wrote fresh entries, with the flag maskCaps
+	// takes out, and libvirt holds them as probed: mask them and open
+	// again, which reloads them (libvirt's embedded driver ends with its
+	// last connection and loads the cache when it starts again). Once per
+	// node and QEMU or libvirt upgrade.
+	if masked, err := maskCaps(capsDir); err != nil || masked {
+		if cerr := c.Close(); cerr != nil || err != nil {
+			return nil, fmt.Errorf("capabilities cache: %w: %v", errdefs.ErrInternal, errors.Join(err, cerr))
+		}
+		if c, err = openProbed(ctx, root, opts); err != nil {
+			return nil, err
+		}
+	}
+	if opts.CacheDir != "" {
+		if err := copyCaps(capsDir, opts.CacheDir, true); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("share capabilities cache: %w: %v", errdefs.ErrInternal, err)
+		}
+	}
+	return c, nil
+}
+
+// openProbed opens the embedded driver on root (embedded.mu held) and
+// has it load or probe the capabilities of every emulator it will run.
+func openProbed(ctx context.Context, root string, opts EmbedOptions) (_ *Conn, retErr error) {
 	uri := "qemu:///embed?root=" + url.QueryEscape(root)
 	var c *Conn
-	err = onOneCPU(func() error {
+	err := onOneCPU(func() error {
 		var err error
 		if c, err = open(ctx, uri, root); err != nil {
 			return err
@@ -176,11 +209,6 @@ func OpenEmbedded(ctx context.Context, root string, opts EmbedOptions) (_ *Conn,
 		lv.DOMAIN_UNDEFINE_SNAPSHOTS_METADATA | lv.DOMAIN_UNDEFINE_CHECKPOINTS_METADATA
 
 	c.awaitReconnect()
-	if opts.CacheDir != "" {
-		if err := copyCaps(capsDir, opts.CacheDir, true); err != nil {
-			return nil, fmt.Errorf("share capabilities cache: %w: %v", errdefs.ErrInternal, err)
-		}
-	}
 	return c, nil
 }
 
