@@ -18,6 +18,7 @@ import (
 	"time"
 
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/vmpod/vmpod/internal/testguest"
@@ -25,6 +26,7 @@ import (
 	"github.com/vmpod/vmpod/pkg/jail"
 	"github.com/vmpod/vmpod/pkg/node"
 	"github.com/vmpod/vmpod/pkg/node/embedded"
+	"github.com/vmpod/vmpod/pkg/podcgroup"
 	"github.com/vmpod/vmpod/pkg/virt"
 	"github.com/vmpod/vmpod/pkg/virt/libvirt"
 	"github.com/vmpod/vmpod/pkg/vm"
@@ -65,6 +67,9 @@ type startRun struct {
 //   - bare QEMU: the same QEMU binary, kernel, initrd, command line,
 //     overlay disk, machine, CPU, memory and agent channel started by
 //     hand, unjailed, the console on its stdout.
+//
+// Both references run in a cgroup with the limits of the container's
+// cgroup vmpod starts QEMU in: the same CPU and memory budget.
 //
 // The libvirt and bare QEMU runs have no NIC (this process is not in a
 // pod's network namespace); vmpod's has the pod's. One boot per run is
@@ -177,6 +182,7 @@ type startRefConfig struct {
 	Rootfs    string // the test guest's containerdisk, unpacked
 	Jailer    string // the link to vmpod-qemu its domains name
 	CapsCache string // the node daemon's capabilities cache
+	VMRuntime string // vm-runtime, whose caps-probe fills it if cold
 }
 
 type startRefRequest struct {
@@ -190,12 +196,39 @@ type startRefReply struct {
 	Dir        string `json:"dir,omitempty"`
 	XML        string `json:"xml,omitempty"`
 	DomainType string `json:"domainType,omitempty"`
+	// The limits of the container's cgroup vmpod starts QEMU in, which
+	// both references get too: the same CPU and memory budget.
+	Limits refLimits `json:"limits"`
 	// libvirt
 	FirstLine time.Duration `json:"firstLine,omitempty"`
 	Init      time.Duration `json:"init,omitempty"`
 	Define    time.Duration `json:"define,omitempty"`
 	Start     time.Duration `json:"start,omitempty"`
 	CPUs      string        `json:"cpus,omitempty"`
+}
+
+// refLimits are a cgroup's limits, as the reference process sends them.
+type refLimits struct {
+	MemoryBytes uint64 `json:"memoryBytes"`
+	CPUQuota    int64  `json:"cpuQuota"`
+	CPUPeriod   uint64 `json:"cpuPeriod"`
+}
+
+// enterBenchCgroup moves pid into a cgroup of its own with limits l, as
+// vmpod's QEMU is in the container's; done removes it once pid is gone.
+func enterBenchCgroup(pid int, name string, l refLimits) (done func() error, err error) {
+	p, err := podcgroup.Parse(fmt.Sprintf("/vmpod-bench-%d/%s", os.Getpid(), name))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := podcgroup.Enter(p, pid, podcgroup.Limits{MemoryBytes: l.MemoryBytes,
+		CPU: &specs.LinuxCPU{Quota: &l.CPUQuota, Period: &l.CPUPeriod}}); err != nil {
+		return nil, err
+	}
+	return func() error {
+		parent, _ := podcgroup.Parse(fmt.Sprintf("/vmpod-bench-%d", os.Getpid()))
+		return errors.Join(podcgroup.Remove(p), podcgroup.Remove(parent))
+	}, nil
 }
 
 // startReference is the benchmark's end of the reference process.
@@ -217,7 +250,8 @@ func newStartReference(b *testing.B) *startReference {
 	// reference's QEMU starts through the same program.
 	cfg := startRefConfig{Root: root, Rootfs: testguest.Rootfs(b, root),
 		Jailer:    filepath.Join(root, "jailer", jail.EmulatorName),
-		CapsCache: filepath.Join(filepath.Dir(buildShim(b)), "caps")}
+		CapsCache: filepath.Join(filepath.Dir(buildShim(b)), "caps"),
+		VMRuntime: filepath.Join(filepath.Dir(buildShim(b)), "vm-runtime")}
 	if err := os.MkdirAll(filepath.Dir(cfg.Jailer), 0o755); err != nil {
 		b.Fatal(err)
 	}
@@ -300,10 +334,19 @@ func (r *startReference) bareStart(b *testing.B) startRun {
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
+	leave, err := enterBenchCgroup(cmd.Process.Pid, "bare", rep.Limits)
 	defer func() {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
+		if leave != nil {
+			if err := leave(); err != nil {
+				b.Error(err)
+			}
+		}
 	}()
+	if err != nil {
+		b.Fatal(err)
+	}
 	first, init, err := readUntil(out, began, initMarker)
 	if err != nil {
 		b.Fatalf("%v\nQEMU %v: %s", err, args, stderr.String())
@@ -323,7 +366,9 @@ func startRefMain() int {
 		return fail(err)
 	}
 	ctx := context.Background()
-	o := node.Options{CapsCache: cfg.CapsCache, Pod: true, Jailer: cfg.Jailer}
+	// As the node daemon opens it: a cold cache probed by vm-runtime
+	// caps-probe, so this process loads it as vmpod trims it.
+	o := node.Options{CapsCache: cfg.CapsCache, Pod: true, Jailer: cfg.Jailer, ProbeArgv: []string{cfg.VMRuntime, "caps-probe"}}
 	conn, err := embedded.Open(ctx, filepath.Join(cfg.Root, "libvirt"), o)
 	if err != nil {
 		return fail(err)
@@ -376,7 +421,7 @@ func (r *refProcess) serve(ctx context.Context, req startRefRequest) (startRefRe
 		if err != nil {
 			return startRefReply{}, err
 		}
-		return startRefReply{Dir: l.Dir, XML: xml, DomainType: domainType(xml)}, nil
+		return startRefReply{Dir: l.Dir, XML: xml, DomainType: domainType(xml), Limits: r.limits()}, nil
 	case "release":
 		return startRefReply{}, r.release(req.Dir)
 	case "libvirt":
@@ -427,6 +472,13 @@ func (r *refProcess) prepare(ctx context.Context) (vm.Layout, string, error) {
 	return l, string(data), nil
 }
 
+// limits are those of the cgroup vmpod starts the VM's QEMU in: the
+// container's CPU controls, and guest RAM plus overhead (vm.MemoryLimit).
+func (r *refProcess) limits() refLimits {
+	cpu := vmSpec(testPod{}, "", "", nil).Linux.Resources.CPU
+	return refLimits{MemoryBytes: vm.MemoryLimit(r.spec, r.host), CPUQuota: *cpu.Quota, CPUPeriod: *cpu.Period}
+}
+
 func (r *refProcess) release(dir string) error {
 	done, ok := r.prepared[dir]
 	if !ok {
@@ -465,6 +517,18 @@ func (r *refProcess) libvirtStart(ctx context.Context) (_ startRefReply, retErr 
 		return startRefReply{}, err
 	}
 	defer r.conn.Destroy(context.WithoutCancel(ctx), r.spec.Name)
+	info, err := r.conn.Info(ctx, r.spec.Name)
+	if err != nil {
+		return startRefReply{}, err
+	}
+	leave, err := enterBenchCgroup(info.PID, "libvirt", r.limits())
+	if err != nil {
+		return startRefReply{}, err
+	}
+	defer func() {
+		_ = r.conn.Destroy(context.WithoutCancel(ctx), r.spec.Name)
+		retErr = errors.Join(retErr, leave())
+	}()
 	console, err := net.Dial("unix", l.Console())
 	if err != nil {
 		return startRefReply{}, err
@@ -475,10 +539,6 @@ func (r *refProcess) libvirtStart(ctx context.Context) (_ startRefReply, retErr 
 	}
 	resumed := time.Now()
 	first, init, err := readUntil(console, began, initMarker)
-	if err != nil {
-		return startRefReply{}, err
-	}
-	info, err := r.conn.Info(ctx, r.spec.Name)
 	if err != nil {
 		return startRefReply{}, err
 	}
