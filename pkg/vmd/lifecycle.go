@@ -150,6 +150,7 @@ func (s *Service) Start(ctx context.Context, id string) (int, error) {
 	}
 	s.running(ctx, in)
 	log.G(ctx).WithField("phases", in.vm.Phases().String()).WithField("start_memory", in.vm.StartMemory()).Infof("VM %s started", id)
+	s.trimMalloc()
 	return pid, nil
 }
 
@@ -356,6 +357,7 @@ func (s *Service) Remove(ctx context.Context, id string) error {
 		return err
 	}
 	s.forget(in)
+	s.trimMalloc()
 	return nil
 }
 
