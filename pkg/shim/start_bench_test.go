@@ -44,6 +44,9 @@ type startRun struct {
 	firstLine, init time.Duration
 	// cpus is QEMU's Cpus_allowed_list: the three must run alike.
 	cpus string
+	// qemuCPU is the CPU time QEMU had used when /init's line was read:
+	// the work of the boot, against its wall time.
+	qemuCPU time.Duration
 	// vmpod only: the shim's start command for the pod, the Create call,
 	// Start to the first serial line, and the phases the shim logged.
 	shimExec, create, startToFirst time.Duration
@@ -98,6 +101,7 @@ func vmpodStart(b *testing.B) startRun {
 	e.stdout.waitFor(b, initMarker, 2*time.Minute)
 	first, _, _ := e.stdout.when("")
 	initAt, _, _ := e.stdout.when(initMarker)
+	used := qemuCPU(int(qemuPID))
 	line := waitLogLine(b, d.log, logFrom, "VM "+e.p.vmID+" started", 10*time.Second)
 	phases, err := vm.ParsePhases(logField(line, "phases"))
 	if err != nil {
@@ -106,7 +110,7 @@ func vmpodStart(b *testing.B) startRun {
 	r := startRun{
 		firstLine: first.Sub(e.createdAt), init: initAt.Sub(e.createdAt),
 		shimExec: e.shimExec, create: e.startedAt.Sub(e.createdAt), startToFirst: first.Sub(e.startedAt),
-		phases: phases, cpus: cpusAllowed(int(qemuPID)),
+		phases: phases, cpus: cpusAllowed(int(qemuPID)), qemuCPU: used,
 	}
 	if _, err := c.Kill(ctx, &taskAPI.KillRequest{ID: e.p.vmID, Signal: uint32(syscall.SIGKILL)}); err != nil {
 		b.Fatal(err)
@@ -117,6 +121,26 @@ func vmpodStart(b *testing.B) startRun {
 	e.deletePod(b, ctx, c)
 	waitGone(int(qemuPID), 10*time.Second)
 	return r
+}
+
+// qemuCPU is the user and system CPU time process pid has used
+// (/proc/<pid>/stat, in clock ticks of 10 ms); 0 if it cannot be read.
+func qemuCPU(pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command's closing parenthesis; utime and
+	// stime are the 14th and 15th of the whole line.
+	i := strings.LastIndexByte(string(data), ')')
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	var utime, stime int64
+	fmt.Sscan(f[11], &utime)
+	fmt.Sscan(f[12], &stime)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
 
 // cpusAllowed is a process's Cpus_allowed_list.
@@ -205,6 +229,7 @@ type startRefReply struct {
 	Define    time.Duration `json:"define,omitempty"`
 	Start     time.Duration `json:"start,omitempty"`
 	CPUs      string        `json:"cpus,omitempty"`
+	QEMUCPU   time.Duration `json:"qemuCPU,omitempty"`
 }
 
 // refLimits are a cgroup's limits, as the reference process sends them.
@@ -311,7 +336,7 @@ func (r *startReference) call(b *testing.B, req startRefRequest) startRefReply {
 // reference process.
 func (r *startReference) libvirtStart(b *testing.B) startRun {
 	rep := r.call(b, startRefRequest{Op: "libvirt"})
-	return startRun{firstLine: rep.FirstLine, init: rep.Init, cpus: rep.CPUs, define: rep.Define, start: rep.Start}
+	return startRun{firstLine: rep.FirstLine, init: rep.Init, cpus: rep.CPUs, qemuCPU: rep.QEMUCPU, define: rep.Define, start: rep.Start}
 }
 
 // bareStart starts QEMU by hand with what the domain XML names, to /init.
@@ -351,7 +376,7 @@ func (r *startReference) bareStart(b *testing.B) startRun {
 	if err != nil {
 		b.Fatalf("%v\nQEMU %v: %s", err, args, stderr.String())
 	}
-	return startRun{firstLine: first, init: init, cpus: cpusAllowed(cmd.Process.Pid)}
+	return startRun{firstLine: first, init: init, cpus: cpusAllowed(cmd.Process.Pid), qemuCPU: qemuCPU(cmd.Process.Pid)}
 }
 
 // startRefMain is the reference process: libvirt's embedded driver on a
@@ -542,7 +567,7 @@ func (r *refProcess) libvirtStart(ctx context.Context) (_ startRefReply, retErr 
 	if err != nil {
 		return startRefReply{}, err
 	}
-	return startRefReply{FirstLine: first, Init: init, CPUs: cpusAllowed(info.PID),
+	return startRefReply{FirstLine: first, Init: init, CPUs: cpusAllowed(info.PID), QEMUCPU: qemuCPU(info.PID),
 		Define: defined.Sub(began), Start: resumed.Sub(defined), DomainType: domainType(xml)}, nil
 }
 
@@ -721,6 +746,8 @@ func printStartTable(b *testing.B, domainType string, vmpod, lv, bare []startRun
 		}
 		return strings.Join(seen, ",")
 	}
+	cpu := func(r startRun) time.Duration { return r.qemuCPU }
+	fmt.Fprintf(&t, "  %-30s %10s %10s %10s\n", "QEMU's CPU time to /init", ms(med(vmpod, cpu)), ms(med(lv, cpu)), ms(med(bare, cpu)))
 	fmt.Fprintf(&t, "  %-30s %10s %10s %10s\n", "QEMU's CPUs", cpus(vmpod), cpus(lv), cpus(bare))
 	fmt.Print(t.String())
 	first := func(r startRun) time.Duration { return r.firstLine }
