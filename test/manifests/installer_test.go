@@ -54,6 +54,8 @@ func TestInstallerScript(t *testing.T) {
 			}
 			bin := filepath.Join(host, "image", "vm-runtime")
 			writeFile(t, bin, []byte("#!/bin/sh\n"), 0o755)
+			jailer := filepath.Join(host, "image", "vmpod-qemu")
+			writeFile(t, jailer, []byte("#!/bin/sh\n# the jailer\n"), 0o755)
 			// The host's containerd binary lives here; the installer links
 			// the shim next to it.
 			binDir := filepath.Join(host, "usr", "local", "bin")
@@ -63,7 +65,7 @@ func TestInstallerScript(t *testing.T) {
 			run := func(mode string) string {
 				t.Helper()
 				cmd := exec.Command("sh", script, mode)
-				cmd.Env = append(os.Environ(), "HOST_ROOT="+host, "VMPOD_BIN="+bin, "RESTART_CONTAINERD=none",
+				cmd.Env = append(os.Environ(), "HOST_ROOT="+host, "VMPOD_BIN="+bin, "VMPOD_JAILER_BIN="+jailer, "RESTART_CONTAINERD=none",
 					"CHECK_HOST=false", "CONTAINERD_VERSION="+tc.version, "CONTAINERD_BIN_DIR=/usr/local/bin")
 				out, err := cmd.CombinedOutput()
 				if err != nil {
@@ -94,6 +96,11 @@ func TestInstallerScript(t *testing.T) {
 			unitPath := filepath.Join(host, daemonUnitOnHost)
 			unitBefore, _ := os.Stat(unitPath)
 			binBefore, _ := os.Stat(filepath.Join(host, "opt", "vmpod", "bin", "vm-runtime"))
+			// QEMU's jailer next to vm-runtime, which links it from there.
+			jailerBefore, _ := os.Stat(filepath.Join(host, "opt", "vmpod", "bin", "vmpod-qemu"))
+			if b, err := os.ReadFile(filepath.Join(host, "opt", "vmpod", "bin", "vmpod-qemu")); err != nil || string(b) != "#!/bin/sh\n# the jailer\n" || jailerBefore.Mode().Perm() != 0o755 {
+				t.Errorf("/opt/vmpod/bin/vmpod-qemu after install: %q, %v; want the image's, 0755", b, err)
+			}
 
 			out := run("install")
 			for _, w := range []string{"already has the vmpod runtime", "vm-runtime-daemon.service is up to date"} {
@@ -112,6 +119,9 @@ func TestInstallerScript(t *testing.T) {
 			}
 			if binBefore == nil || binAfter == nil || !os.SameFile(binBefore, binAfter) {
 				t.Errorf("second install copied vm-runtime again")
+			}
+			if jailerAfter, _ := os.Stat(filepath.Join(host, "opt", "vmpod", "bin", "vmpod-qemu")); jailerBefore == nil || jailerAfter == nil || !os.SameFile(jailerBefore, jailerAfter) {
+				t.Errorf("second install copied vmpod-qemu again")
 			}
 			if !strings.Contains(out, "vm-runtime-daemon not started (RESTART_CONTAINERD=none)") {
 				t.Errorf("install with RESTART_CONTAINERD=none does not say the daemon must be started:\n%s", out)
