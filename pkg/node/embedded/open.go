@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/vmpod/vmpod/pkg/node"
 	"github.com/vmpod/vmpod/pkg/virt/libvirt"
@@ -41,7 +42,12 @@ func Open(ctx context.Context, root string, o node.Options) (*libvirt.Conn, erro
 			return nil, fmt.Errorf("capabilities cache: wait for another process's probe: %w", err)
 		}
 		if len(o.ProbeArgv) > 0 && libvirt.ColdCache(o.CapsCache, opts.Emulators) {
-			cmd := exec.CommandContext(ctx, o.ProbeArgv[0], append(o.ProbeArgv[1:], "--cache", o.CapsCache, "--jailer", o.Jailer)...)
+			// Not the caller's deadline: a probe cut short would leave the
+			// cache cold for the next one to start over (as libvirt's own
+			// probe in this process could not be cut short either).
+			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), probeTimeout)
+			defer cancel()
+			cmd := exec.CommandContext(pctx, o.ProbeArgv[0], append(o.ProbeArgv[1:], "--cache", o.CapsCache, "--jailer", o.Jailer)...)
 			if out, err := cmd.CombinedOutput(); err != nil {
 				return nil, fmt.Errorf("probe QEMU's capabilities (%s): %v: %s", strings.Join(cmd.Args, " "), err, out)
 			}
@@ -49,6 +55,10 @@ func Open(ctx context.Context, root string, o node.Options) (*libvirt.Conn, erro
 	}
 	return libvirt.OpenEmbedded(ctx, root, opts)
 }
+
+// probeTimeout bounds vm-runtime caps-probe: libvirt probes each QEMU
+// binary of the node for a few seconds, a minute on a busy 2-core node.
+const probeTimeout = 5 * time.Minute
 
 // Probe fills the capabilities cache dir with what libvirt probes of
 // QEMU and of jailer, through an embedded driver on a root of its own,
