@@ -51,16 +51,15 @@
 //     namespace it served (pkg/cri/doc.go): no libvirt call in a pod's
 //     namespace (the tap made and opened in the node's, moved into the
 //     pod's; QEMU entering it in its jailer).
-//   - Start cost: the qemu phase is cut (vmpod-qemu, the masked guest-CPU
-//     read-back; docs/benchmarks.md) and create -> first serial line is
-//     within the issue's 1.5x of bare QEMU; create -> /init is not yet
-//     within 1.15x: vmpod's QEMU uses more CPU to reach /init than the
-//     libvirt reference's (BenchmarkStartPhases' "QEMU's CPU time to
-//     /init"), whose only difference in the domain is the pod's NIC, and
-//     the CPU quota the three share stretches that. Next: the libvirt
-//     reference with a NIC in a netns of its own, to tell the NIC from
-//     the rest; then intake's and the overlay's qemu-img runs (a qcow2
-//     header read and written in Go).
+//   - Start cost: the qemu phase is cut from 795 to 335 ms (vmpod-qemu,
+//     the masked guest-CPU read-back; docs/benchmarks.md); create ->
+//     first serial line is 1.46x bare QEMU (the issue's 1.5x), create ->
+//     /init 1.38x (the issue asks 1.15x), where vmpod equals the libvirt
+//     reference (0.98x). The rest is the guest's boot under libvirt's
+//     QEMU, not vmpod: its command-line differences, tried one at a time,
+//     changed nothing beyond TCG's run-to-run spread. Next: a QEMU trace
+//     of both to /init; intake's and the overlay's qemu-img runs (81 ms,
+//     a qcow2 header read and written in Go).
 //   - Per-pod cost (BenchmarkShimFootprint at 10 and 50 pods): the shim's
 //     Go heap (GOGC's 4 MB minimum goal) and the daemon's malloc arenas
 //     (trimmed after each start and removal since; to be measured again).
