@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -143,18 +142,15 @@ func OpenEmbedded(ctx context.Context, root string, opts EmbedOptions) (_ *Conn,
 	if err != nil {
 		return nil, err
 	}
-	// A probe on this open wrote fresh entries, with the flag maskCaps
-	// takes out, and libvirt holds them as probed: mask them and open
-	// again, which reloads them (libvirt's embedded driver ends with its
-	// last connection and loads the cache when it starts again). Once per
-	// node and QEMU or libvirt upgrade.
-	if masked, err := maskCaps(capsDir); err != nil || masked {
-		if cerr := c.Close(); cerr != nil || err != nil {
-			return nil, fmt.Errorf("capabilities cache: %w: %v", errdefs.ErrInternal, errors.Join(err, cerr))
-		}
-		if c, err = openProbed(ctx, root, opts); err != nil {
-			return nil, err
-		}
+	// A probe on this open wrote fresh entries with the flag. libvirt
+	// holds them in this process as probed for as long as it lives
+	// (closing and reopening the embedded driver does not reload them), so
+	// only later processes gain: mask the entries for them. The node
+	// daemon and the CRI server have a cold cache probed in a process of
+	// their own instead (node.Options.ProbeArgv).
+	if _, err := maskCaps(capsDir); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("capabilities cache: %w: %v", errdefs.ErrInternal, err)
 	}
 	if opts.CacheDir != "" {
 		if err := copyCaps(capsDir, opts.CacheDir, true); err != nil {
