@@ -193,19 +193,15 @@
 //     shows each QEMU only its own domain's master key file, which the
 //     jailer finds on QEMU's command line below jail.Spec.SecretDir and
 //     binds alone; the dir itself is never in the jail.)
-//   - A network namespace outlives its pod (checked: TestCrictlVMPod's
-//     assertThreadsInNodeNetns): libvirt starts each domain's event thread
-//     ("vm-<name>") from the thread that starts the domain, which is in
-//     the pod's namespace (libvirt opens the tap there), and that thread
-//     starts libvirt's single "qemu-event" worker with the first event it
-//     hands over (a monitor EOF at the first VM's stop). The worker stays
-//     in that first pod's namespace until the server restarts: one empty
-//     namespace (lo) pinned, and the event handlers (domain cleanup, which
-//     touches no network with managed='no' taps) run there. The fix: no
-//     libvirt call in a pod's namespace: the tap made in the node's
-//     namespace, opened there by libvirt and moved into the pod's before
-//     the guest runs, and QEMU entering the pod's namespace in its jailer
-//     (jail.Spec) before it execs.
+//   - (Fixed: a network namespace outlived its pod. libvirt starts a
+//     domain's threads from the thread that starts it, and the start ran
+//     in the pod's namespace, where libvirt opened the tap: its
+//     qemu-event worker stayed in the first pod's namespace. Now the tap
+//     is made and opened in the node's namespace and moved into the
+//     pod's before the guest runs, and QEMU's jailer enters the pod's
+//     namespace (pkg/vm, pkg/podnet). TestCrictlVMPod checks QEMU and
+//     the tap in the pod's namespace, no tap in the node's, and every
+//     server thread in the node's once the pod is gone.)
 //   - Images: no per-layer dedup, no pull progress; pulls of different
 //     images run at once, with no bound on how many.
 //

@@ -249,6 +249,42 @@ func TestJailOOMScoreAdj(t *testing.T) {
 	}
 }
 
+// TestJailNetns: the jailer enters the network namespace the spec names
+// before it execs QEMU, which runs there; the process that started the
+// jailer (libvirt's, the runtime's) stays in its own.
+func TestJailNetns(t *testing.T) {
+	name := "vmpod-jailtest-" + strconv.Itoa(os.Getpid())
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
+	var pod unix.Stat_t
+	if err := unix.Stat("/run/netns/"+name, &pod); err != nil {
+		t.Fatal(err)
+	}
+	j := newTestJail(t)
+	j.spec.Netns = "/run/netns/" + name
+	out, err := jailed(t, j.spec, "readlink /proc/self/ns/net")
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if want := "net:[" + strconv.FormatUint(pod.Ino, 10) + "]"; strings.TrimSpace(out) != want {
+		t.Errorf("QEMU's network namespace: %q, want the spec's %s", strings.TrimSpace(out), want)
+	}
+	self, err := os.Readlink("/proc/thread-self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(out) == self {
+		t.Errorf("QEMU is in the test's own network namespace %s", self)
+	}
+
+	j.spec.Netns = "/run/netns/" + name + "-gone"
+	if out, err := jailed(t, j.spec, "true"); err == nil || !strings.Contains(out, "network namespace") {
+		t.Errorf("a jail whose network namespace is gone: %v: %s; want the jailer to refuse", err, out)
+	}
+}
+
 func ptr[T any](v T) *T { return &v }
 
 // hasCap says whether this process has capability c in its effective set.
@@ -291,13 +327,14 @@ func TestSpecValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, mutate := range map[string]func(*jail.Spec){
-		"root uid":      func(s *jail.Spec) { s.UID = 0 },
-		"root gid":      func(s *jail.Spec) { s.GID = 0 },
-		"relative qemu": func(s *jail.Spec) { s.QEMU = "qemu" },
-		"jail on /":     func(s *jail.Spec) { s.Root = "/" },
-		"unclean path":  func(s *jail.Spec) { s.ReadOnly = []string{"/a/../etc/shadow"} },
-		"host root":     func(s *jail.Spec) { s.Writable = []string{"/"} },
-		"oom_score_adj": func(s *jail.Spec) { s.OOMScoreAdj = ptr(1001) },
+		"root uid":       func(s *jail.Spec) { s.UID = 0 },
+		"root gid":       func(s *jail.Spec) { s.GID = 0 },
+		"relative qemu":  func(s *jail.Spec) { s.QEMU = "qemu" },
+		"jail on /":      func(s *jail.Spec) { s.Root = "/" },
+		"unclean path":   func(s *jail.Spec) { s.ReadOnly = []string{"/a/../etc/shadow"} },
+		"host root":      func(s *jail.Spec) { s.Writable = []string{"/"} },
+		"oom_score_adj":  func(s *jail.Spec) { s.OOMScoreAdj = ptr(1001) },
+		"relative netns": func(s *jail.Spec) { s.Netns = "run/netns/x" },
 	} {
 		s := good
 		mutate(&s)

@@ -80,6 +80,13 @@ func jailAndExec(specPath string, args []string) error {
 			return fmt.Errorf("enter the container's cgroup: %w", err)
 		}
 	}
+	if s.Netns != "" {
+		// Then the pod's network namespace, while the host's /proc and
+		// /run are still in sight.
+		if err := enterNetns(s.Netns); err != nil {
+			return err
+		}
+	}
 	owned := slices.Clone(s.Writable)
 	readOnly := slices.Clone(s.ReadOnly)
 	if key := secretFile(args, s.SecretDir); key != "" {
@@ -138,6 +145,20 @@ func enterCgroup(c Cgroup, pid int) error {
 	}
 	_, err = podcgroup.Enter(p, pid, l)
 	return err
+}
+
+// enterNetns moves the calling thread, which execs QEMU, into the
+// network namespace at path.
+func enterNetns(path string) error {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("the pod's network namespace: %w", err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+		return fmt.Errorf("enter the pod's network namespace %s: %w", path, err)
+	}
+	return nil
 }
 
 // secretFile finds the file below dir that QEMU's command line hands to a

@@ -59,6 +59,14 @@ type Spec struct {
 	// the first page, not to the runtime that started it. nil: the jailer
 	// stays in the cgroup it was started in (qemu-img's runs).
 	Cgroup *Cgroup `json:"cgroup,omitempty"`
+	// Netns is the pod's network namespace (a path to it, as CNI and the
+	// kubelet name it), which the jailer enters before it builds the jail
+	// and execs QEMU: QEMU runs in the pod's namespace, while the runtime
+	// and its hypervisor library never enter it. The tap QEMU is handed
+	// was opened in the node's namespace and moved into this one (pkg/podnet).
+	// "": QEMU stays in the jailer's namespace (qemu-img's runs, a VM
+	// without a pod network namespace).
+	Netns string `json:"netns,omitempty"`
 	// Seccomp makes the jailer install its own seccomp filter (seccomp.go)
 	// just before the exec: for qemu-img, which has no -sandbox. QEMU
 	// installs its own filter (libvirt's seccomp_sandbox) and has none of
@@ -95,7 +103,7 @@ func (s Spec) Validate() error {
 	case s.OOMScoreAdj != nil && (*s.OOMScoreAdj < -1000 || *s.OOMScoreAdj > 1000):
 		return fmt.Errorf("jail: oom_score_adj %d: not in [-1000, 1000]", *s.OOMScoreAdj)
 	}
-	for _, p := range append(append([]string{s.SecretDir, s.DeviceDir}, s.Writable...), append(s.ReadOnly, s.Devices...)...) {
+	for _, p := range append(append([]string{s.SecretDir, s.DeviceDir, s.Netns}, s.Writable...), append(s.ReadOnly, s.Devices...)...) {
 		if p != "" && (!filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/") {
 			return fmt.Errorf("jail: path %q: not a clean absolute path below /", p)
 		}

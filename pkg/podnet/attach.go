@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -39,10 +40,124 @@ func (a *Attachment) MAC() net.HardwareAddr { return append(net.HardwareAddr(nil
 func (a *Attachment) MTU() int { return a.pod.MTU }
 
 // Attach creates the tap named tap in the current network namespace (see
-// the package comment) and wires it to p.Interface:
+// the package comment) and wires it to p.Interface (Wire). On error nothing
+// is left behind.
+func Attach(p Pod, tap string) (*Attachment, error) {
+	if err := validate(p, tap); err != nil {
+		return nil, err
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := CreateTap(tap); err != nil {
+		return nil, err
+	}
+	return Wire(p, tap)
+}
+
+// CreateTap creates the tap named tap in the calling thread's network
+// namespace: single queue, owned by root, down, with a virtio-net header
+// and no packet information. It never takes over a link someone else
+// made: one of that name is an error. A runtime makes it in the node's
+// namespace, where the hypervisor opens it (no hypervisor thread ever
+// enters a pod's namespace), then moves it into the pod's (MoveTap) and
+// wires it there (Wire).
+func CreateTap(tap string) error {
+	if tap == "" || len(tap) >= unix.IFNAMSIZ || filepath.Base(tap) != tap {
+		return fmt.Errorf("tap name %q: want 1 to %d characters, no '/'", tap, unix.IFNAMSIZ-1)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("netlink: %w", err)
+	}
+	defer h.Close()
+	// IFF_TUN_EXCL enforces it; the look-up first gives the clearer error.
+	if _, err := h.LinkByName(tap); err == nil {
+		return fmt.Errorf("tap %q: a link of that name exists already", tap)
+	}
+	err = h.LinkAdd(&netlink.Tuntap{
+		LinkAttrs: netlink.LinkAttrs{Name: tap},
+		Mode:      netlink.TUNTAP_MODE_TAP,
+		Flags:     netlink.TUNTAP_TUN_EXCL | netlink.TUNTAP_NO_PI | netlink.TUNTAP_VNET_HDR,
+	})
+	if errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("tap %q: %w (the kernel needs the tun driver, CONFIG_TUN, and /dev/net/tun)", tap, err)
+	}
+	if err != nil {
+		return fmt.Errorf("tap %q: %w", tap, err)
+	}
+	return nil
+}
+
+// MoveTap moves the tap named tap from the calling thread's network
+// namespace into the one at nsPath. A process that has it open (QEMU)
+// keeps it: the tap's file stays attached to the device wherever it
+// goes. The tap comes up down in its new namespace, without addresses.
+func MoveTap(tap, nsPath string) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("netlink: %w", err)
+	}
+	defer h.Close()
+	l, err := tapByName(h, tap)
+	if err != nil {
+		return err
+	}
+	ns, err := netns.GetFromPath(nsPath)
+	if err != nil {
+		return fmt.Errorf("tap %q: the pod's network namespace %s: %w", tap, nsPath, err)
+	}
+	defer ns.Close()
+	if err := h.LinkSetNsFd(l, int(ns)); err != nil {
+		return fmt.Errorf("tap %q: move into %s: %w", tap, nsPath, err)
+	}
+	return nil
+}
+
+// DeleteTap deletes the tap named tap from the calling thread's network
+// namespace; none there is no error, nor is a link of that name that is
+// no tap (it is not ours, and stays).
+func DeleteTap(tap string) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("netlink: %w", err)
+	}
+	defer h.Close()
+	l, err := h.LinkByName(tap)
+	if err != nil {
+		return nil
+	}
+	if _, ok := l.(*netlink.Tuntap); !ok {
+		return nil
+	}
+	return ignoreNoLink(h.LinkDel(l))
+}
+
+// tapByName is the tap named tap in h's namespace, an error if there is
+// none or the link of that name is no tap.
+func tapByName(h *netlink.Handle, tap string) (netlink.Link, error) {
+	l, err := h.LinkByName(tap)
+	if err != nil {
+		return nil, fmt.Errorf("tap %q: %w", tap, err)
+	}
+	if _, ok := l.(*netlink.Tuntap); !ok {
+		return nil, fmt.Errorf("tap %q is a %s, not a tap", tap, l.Type())
+	}
+	return l, nil
+}
+
+// Wire wires the tap named tap, which CreateTap made (here, or in the
+// node's namespace and MoveTap brought here), to p.Interface in the
+// current network namespace (see the package comment), and owns it from
+// then on: Close deletes it.
 //
-//   - the tap: single queue, owned by root, up, with p.MTU, IPv6 off (it is
-//     a conduit; the pod's stack has nothing to say to the guest);
+//   - the tap: up, with p.MTU, IPv6 off (it is a conduit; the pod's stack
+//     has nothing to say to the guest);
 //   - an ingress qdisc on each side; on the pod interface a u32 filter that
 //     redirects every frame to the tap; on the tap an allow list (see
 //     guestFilters): the guest's DHCP client traffic goes up to the DHCP
@@ -66,8 +181,8 @@ func (a *Attachment) MTU() int { return a.pod.MTU }
 // they expect), leaves Close nothing to restore there, and gives the DHCP
 // server's replies a source address.
 //
-// On error nothing is left behind.
-func Attach(p Pod, tap string) (_ *Attachment, retErr error) {
+// On error nothing is left behind, the tap included.
+func Wire(p Pod, tap string) (_ *Attachment, retErr error) {
 	if err := validate(p, tap); err != nil {
 		return nil, err
 	}
@@ -91,6 +206,15 @@ func Attach(p Pod, tap string) (_ *Attachment, retErr error) {
 	}
 	a.onClose(func() error { h.Close(); return nil })
 
+	tapLink, err := tapByName(h, tap)
+	if err != nil {
+		return nil, err
+	}
+	tapIndex := tapLink.Attrs().Index
+	a.onClose(func() error {
+		return ignoreNoLink(h.LinkDel(&netlink.Tuntap{LinkAttrs: netlink.LinkAttrs{Index: tapIndex}}))
+	})
+
 	podLink, err := h.LinkByName(p.Interface)
 	if err != nil {
 		return nil, fmt.Errorf("pod interface %q: %w", p.Interface, err)
@@ -99,27 +223,6 @@ func Attach(p Pod, tap string) (_ *Attachment, retErr error) {
 		return nil, fmt.Errorf("pod interface %q: MAC is %s, not %s: it changed since Inspect", p.Interface, podLink.Attrs().HardwareAddr, p.MAC)
 	}
 	podIndex := podLink.Attrs().Index
-
-	// Never take over a tap someone else made: IFF_TUN_EXCL enforces it,
-	// the look-up first gives the clearer error.
-	if _, err := h.LinkByName(tap); err == nil {
-		return nil, fmt.Errorf("tap %q: a link of that name exists already", tap)
-	}
-	tapLink := &netlink.Tuntap{
-		LinkAttrs: netlink.LinkAttrs{Name: tap},
-		Mode:      netlink.TUNTAP_MODE_TAP,
-		Flags:     netlink.TUNTAP_TUN_EXCL | netlink.TUNTAP_NO_PI | netlink.TUNTAP_VNET_HDR,
-	}
-	if err := h.LinkAdd(tapLink); err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return nil, fmt.Errorf("tap %q: %w (the kernel needs the tun driver, CONFIG_TUN, and /dev/net/tun)", tap, err)
-		}
-		return nil, fmt.Errorf("tap %q: %w", tap, err)
-	}
-	tapIndex := tapLink.Attrs().Index
-	a.onClose(func() error {
-		return ignoreNoLink(h.LinkDel(&netlink.Tuntap{LinkAttrs: netlink.LinkAttrs{Index: tapIndex}}))
-	})
 
 	if err := tapSysctls(tap); err != nil {
 		return nil, err

@@ -2,10 +2,14 @@
 //
 // CNI sets up the pod's network namespace as for any pod: one interface
 // (eth0) with the pod IP, a default route and a MAC. podnet reads that
-// (Inspect), creates a tap for the guest's NIC next to it, joins the two with
+// (Inspect), puts a tap for the guest's NIC next to it, joins the two with
 // tc and answers the guest's DHCP with exactly the pod's address, gateway,
-// DNS and MTU (Attach). The guest NIC carries the pod interface's MAC, so to
-// everything outside the pod the guest is the pod.
+// DNS and MTU (Wire; Attach makes the tap in the pod's namespace and wires
+// it). A runtime makes the tap in the node's namespace instead (CreateTap),
+// where its hypervisor opens it, and moves it into the pod's (MoveTap)
+// before wiring it: no hypervisor thread ever runs in a pod's namespace.
+// The guest NIC carries the pod interface's MAC, so to everything outside
+// the pod the guest is the pod.
 //
 //	node ── eth0 ingress ── u32 match-all, mirred redirect ──► tap egress ──► guest
 //

@@ -155,6 +155,10 @@ func daemonSocket(state string) string { return filepath.Join(state, "vmd.sock")
 // state root, as a node has one: only the first pod probes QEMU.
 type nodeDaemon struct {
 	bin, state, log string
+	// netns is the node's network namespace the daemon runs in, where it
+	// makes each guest's tap before moving it into the pod's: made for
+	// the test binary, removed when it ends.
+	netns string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -174,8 +178,14 @@ func daemon(t testing.TB) *nodeDaemon {
 	bin := filepath.Join(filepath.Dir(buildShim(t)), "vm-runtime")
 	theDaemon.once.Do(func() {
 		dir := filepath.Dir(bin)
-		theDaemon.d = &nodeDaemon{bin: bin, state: filepath.Join(dir, "state"), log: filepath.Join(dir, "daemon.log")}
-		atExit = append(atExit, theDaemon.d.stop)
+		name := fmt.Sprintf("vmpodshimd%d", os.Getpid())
+		theDaemon.d = &nodeDaemon{bin: bin, state: filepath.Join(dir, "state"), log: filepath.Join(dir, "daemon.log"), netns: "/run/netns/" + name}
+		run(t, "ip", "netns", "add", name)
+		atExit = append(atExit, func() {
+			theDaemon.d.stop()
+			_ = exec.Command("ip", "netns", "del", name).Run()
+		})
+		run(t, "ip", "-n", name, "link", "set", "lo", "up")
 	})
 	d := theDaemon.d
 	d.ensure(t)
@@ -213,7 +223,7 @@ func (d *nodeDaemon) ensure(t testing.TB) {
 	cmd := exec.Command(d.bin, "daemon", "--socket", sock, "--state-root", d.state,
 		"--capabilities-cache", filepath.Join(filepath.Dir(d.bin), "caps"))
 	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
+	if err := inNetns(t, d.netns, cmd.Start); err != nil {
 		t.Fatal(err)
 	}
 	exited := make(chan struct{})

@@ -404,8 +404,8 @@ func (e *podEnv) assertClean(t testing.TB) {
 	if entries, err := os.ReadDir(filepath.Join(e.env.state, "pods")); err == nil && len(entries) > 0 {
 		t.Errorf("pod state dirs left: %v", entries)
 	}
-	if out, _ := exec.Command("ip", "-n", filepath.Base(e.podNS), "link", "show", "vmpod0").CombinedOutput(); !strings.Contains(string(out), "does not exist") {
-		t.Errorf("tap left in the pod netns: %s", out)
+	if out, err := exec.Command("ip", "-n", filepath.Base(e.podNS), "-o", "link", "show", "type", "tun").CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "" {
+		t.Errorf("tap left in the pod netns: %s %v", out, err)
 	}
 	if out, _ := exec.Command("tc", "-n", filepath.Base(e.podNS), "qdisc", "show", "dev", "eth0", "ingress").CombinedOutput(); strings.TrimSpace(string(out)) != "" {
 		t.Errorf("ingress qdisc left on eth0: %s", out)

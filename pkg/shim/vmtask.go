@@ -29,7 +29,7 @@ type vmTask struct {
 }
 
 // createVM asks the node daemon to make the VM of the task's OCI spec, up
-// to a defined, not yet started domain, in the pod's network namespace,
+// to a defined, not yet started domain, on the pod's network namespace,
 // and starts copying its console to the task's stdout.
 func createVM(ctx context.Context, nc *nodeclient.Client, p *pod, r *taskAPI.CreateTaskRequest, oci *specs.Spec, t *task) (_ *vmTask, retErr error) {
 	spec, err := json.Marshal(oci)

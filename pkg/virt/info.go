@@ -24,21 +24,14 @@ type Stats struct {
 	// MemoryRSS is QEMU's resident set in bytes: what the VM costs the host,
 	// overhead included.
 	MemoryRSS uint64
-	// Block sums all disks.
+	// Block sums all disks. (The guest's network is the pod's: its
+	// counters are the pod interface's, read in the pod's namespace; the
+	// hypervisor, in the node's, does not see the tap.)
 	Block BlockStats
-	// Net sums all interfaces, seen from the guest's side of the tap:
-	// RxBytes is what the guest received.
-	Net NetStats
 }
 
 // BlockStats are disk I/O totals.
 type BlockStats struct {
 	ReadBytes, WriteBytes uint64
 	ReadOps, WriteOps     uint64
-}
-
-// NetStats are network I/O totals.
-type NetStats struct {
-	RxBytes, TxBytes     uint64
-	RxPackets, TxPackets uint64
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"github.com/vmpod/vmpod/internal/nsthread"
 	"github.com/vmpod/vmpod/pkg/podcgroup"
 	"github.com/vmpod/vmpod/pkg/podnet"
 	"github.com/vmpod/vmpod/pkg/virt"
@@ -38,8 +39,8 @@ type AdoptRequest struct {
 // registered with the Env's Runtime so its stop reaches Wait; the serial
 // console connected again (output the guest wrote while nobody was
 // connected is lost, the log keeps what it had); the pod network's DHCP
-// server started again on the tap (podnet.Reattach), on the calling
-// thread, which must be in the pod's network namespace as for Create; and
+// server started again on the tap (podnet.Reattach), on a thread in the
+// pod's network namespace; and
 // QEMU's cgroup loaded again for Stats, Update and the OOM check. A domain
 // that no longer runs is adopted too: its VM reports the exit (Wait) and
 // then goes with Delete as any other.
@@ -52,7 +53,7 @@ type AdoptRequest struct {
 // unless the Env could not be opened: then nothing is touched and the
 // record stays as it was for a later undo.
 func Adopt(ctx context.Context, req AdoptRequest, open Opener) (_ *VM, retErr error) {
-	req.Network = req.Network.withDefaults()
+	req.Network = req.Network.withDefaults(req.Spec.Name)
 	h := req.Held
 	if h.Domain == "" {
 		return nil, fmt.Errorf("adopt %s: its record names no domain: %w", req.Spec.Name, errdefs.ErrFailedPrecondition)
@@ -105,21 +106,19 @@ func Adopt(ctx context.Context, req AdoptRequest, open Opener) (_ *VM, retErr er
 // reattachNetwork starts the pod network's in-process part (the DHCP
 // server) again on the tap an earlier process attached.
 func reattachNetwork(n Network, tap string) (*podnet.Attachment, error) {
-	if n.Netns == "" || !inNetns(n.Netns) {
-		return nil, fmt.Errorf("adopt the VM's network: the calling thread is not in the pod's network namespace %q: %w",
-			n.Netns, errdefs.ErrFailedPrecondition)
-	}
-	pn, err := podnet.Inspect(n.Interface)
+	pn, err := inspectNetwork(n)
 	if err != nil {
-		return nil, fmt.Errorf("pod network: %v: %w", err, errdefs.ErrFailedPrecondition)
+		return nil, err
 	}
-	pn.DNS, _ = podnet.ResolvConf(n.ResolvConf)
-	pn.Hostname = n.Hostname
-	a, err := podnet.Reattach(pn, tap)
-	if err != nil {
-		return nil, fmt.Errorf("pod network: %v: %w", err, errdefs.ErrFailedPrecondition)
-	}
-	return a, nil
+	var a *podnet.Attachment
+	err = nsthread.InNetns(n.Netns, func() error {
+		var err error
+		if a, err = podnet.Reattach(pn, tap); err != nil {
+			return fmt.Errorf("pod network: %v: %w", err, errdefs.ErrFailedPrecondition)
+		}
+		return nil
+	})
+	return a, err
 }
 
 // adopt is a Machine for the existing domain name, laid out in l. It is

@@ -25,6 +25,10 @@ type Held struct {
 	Netns string `json:"netns,omitempty"`
 	Tap   string `json:"tap,omitempty"`
 	PodIf string `json:"podIf,omitempty"`
+	// NodeTap is the guest's tap while it is in the node's network
+	// namespace, where it is made and libvirt opens it, before Start
+	// moves it into the pod's (Tap then; both while it moves).
+	NodeTap string `json:"nodeTap,omitempty"`
 	// Rootfs is where the runtime mounted the image.
 	Rootfs string `json:"rootfs,omitempty"`
 	// Devices are the block volume nodes the runtime made.
@@ -36,7 +40,7 @@ type Held struct {
 // Empty says h holds nothing Undo would remove (a namespace alone is the
 // pod's, not the VM's).
 func (h Held) Empty() bool {
-	return h.Domain == "" && h.Tap == "" && h.Rootfs == "" && len(h.Devices) == 0 && h.Cgroup == ""
+	return h.Domain == "" && h.Tap == "" && h.NodeTap == "" && h.Rootfs == "" && len(h.Devices) == 0 && h.Cgroup == ""
 }
 
 // Undo removes what h holds, in the reverse order of its making: the
@@ -74,6 +78,10 @@ func Undo(ctx context.Context, hv virt.Hypervisor, h Held) error {
 	}
 	if h.Tap != "" {
 		errs = append(errs, podnet.Detach(h.Netns, h.Tap, h.PodIf))
+	}
+	if h.NodeTap != "" {
+		// Undo runs in the node's namespace, as every caller of pkg/vm.
+		errs = append(errs, podnet.DeleteTap(h.NodeTap))
 	}
 	if h.Rootfs != "" {
 		errs = append(errs, mount.UnmountAll(h.Rootfs, 0))

@@ -41,6 +41,9 @@ type Config struct {
 	// OOMScoreAdj is QEMU's oom_score_adj, set by its jail (nil: the one
 	// inherited from libvirt's process).
 	OOMScoreAdj *int
+	// Netns is the pod's network namespace, which QEMU's jailer enters
+	// before it execs QEMU ("": QEMU stays in libvirt's process's).
+	Netns string
 	// ConsoleOut receives what the guest writes on its serial console,
 	// from its first byte (nil: the log only). ConsoleLogBytes caps each
 	// of the log's two files (0: DefaultConsoleLogBytes).
@@ -173,6 +176,7 @@ func jailSpec(cfg Config, domainType string) jail.Spec {
 		FileSizeLimit: cfg.Jail.DiskCap,
 		OOMScoreAdj:   cfg.OOMScoreAdj,
 		Cgroup:        cfg.Cgroup,
+		Netns:         cfg.Netns,
 	}
 	for _, f := range []string{cfg.Image.Disk, cfg.Image.Kernel, cfg.Image.Initrd} {
 		if f != "" {

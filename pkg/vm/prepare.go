@@ -1,13 +1,15 @@
 package vm
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 
-	"github.com/vmpod/vmpod/pkg/convert"
+	"github.com/vmpod/vmpod/internal/nsthread"
 	"github.com/vmpod/vmpod/pkg/host"
 	"github.com/vmpod/vmpod/pkg/podnet"
 	"github.com/vmpod/vmpod/pkg/vmspec"
@@ -20,12 +22,15 @@ import (
 
 // Network is the pod network a VM takes over.
 type Network struct {
-	// Netns is the pod's network namespace, which the calling thread
-	// must be in (AttachNetwork checks): the whole process, or a thread
-	// locked to the caller's goroutine that entered it.
+	// Netns is the pod's network namespace. Only the pod network's own
+	// steps (podnet's) run in it, each on a thread of its own
+	// (nsthread); the caller, the hypervisor and its threads stay in
+	// theirs, the node's. QEMU's jailer enters it before it execs QEMU.
 	Netns string
 	// Interface is the pod interface CNI made (DefaultPodInterface when
-	// empty); Tap the tap to make beside it for the guest (DefaultTap).
+	// empty); Tap the tap to make for the guest (TapName of the domain
+	// when empty), a name free in the node's namespace, where it is made
+	// and opened before it moves into the pod's.
 	Interface, Tap string
 	// ResolvConf is the pod's resolv.conf on the host, "" for none; the
 	// guest gets its servers and search list by DHCP.
@@ -34,61 +39,64 @@ type Network struct {
 	Hostname string
 }
 
-// The pod interface CNI makes, and the tap beside it, unless a Network
-// names others.
-const (
-	DefaultPodInterface = vmspec.PodInterface
-	DefaultTap          = "vmpod0"
-)
+// DefaultPodInterface is the pod interface CNI makes, unless a Network
+// names another.
+const DefaultPodInterface = vmspec.PodInterface
 
-func (n Network) withDefaults() Network {
+// TapName is the tap of the VM whose domain is named domain: "vmp" and 12
+// hex digits of the name's SHA-256, unique on the node (the tap is made in
+// the node's namespace, where every VM's tap is at first; a clash is
+// refused, never shared).
+func TapName(domain string) string {
+	sum := sha256.Sum256([]byte(domain))
+	return "vmp" + hex.EncodeToString(sum[:6])
+}
+
+func (n Network) withDefaults(domain string) Network {
 	if n.Interface == "" {
 		n.Interface = DefaultPodInterface
 	}
 	if n.Tap == "" {
-		n.Tap = DefaultTap
+		n.Tap = TapName(domain)
 	}
 	return n
 }
 
-// AttachNetwork gives the spec's NIC the pod interface's identity (podnet)
-// and returns it as the domain's NIC, by NIC name. It refuses to touch
-// interfaces unless the process is in the pod's own network namespace: in
-// the host's, the interface would be the node's uplink. A spec without
-// NICs attaches nothing.
-func AttachNetwork(s vmspec.Spec, n Network) (*podnet.Attachment, map[string]convert.NIC, error) {
-	if len(s.NICs) == 0 {
-		return nil, nil, nil
-	}
-	n = n.withDefaults()
-	if n.Netns == "" || !inNetns(n.Netns) {
-		return nil, nil, fmt.Errorf("%s: the VM's network needs the pod's own network namespace, and this pod has none "+
+// inspectNetwork reads the pod interface's identity (podnet.Inspect) in
+// the pod's network namespace, with the DNS and hostname the guest is
+// offered. A VM with NICs needs the pod's own namespace: in the node's,
+// the interface would be the node's uplink.
+func inspectNetwork(n Network) (podnet.Pod, error) {
+	if n.Netns == "" {
+		return podnet.Pod{}, fmt.Errorf("%s: the VM's network needs the pod's own network namespace, and this pod has none "+
 			"(hostNetwork pods cannot run VMs; set vmpod.io/network: none for a VM without network): %w",
 			vmspec.AnnotationNetwork, errdefs.ErrFailedPrecondition)
 	}
-	pn, err := podnet.Inspect(n.Interface)
-	if err != nil {
-		return nil, nil, fmt.Errorf("pod network: %v: %w", err, errdefs.ErrFailedPrecondition)
-	}
-	pn.DNS, _ = podnet.ResolvConf(n.ResolvConf)
-	pn.Hostname = n.Hostname
-	a, err := podnet.Attach(pn, n.Tap)
-	if err != nil {
-		return nil, nil, fmt.Errorf("pod network: %v: %w", err, errdefs.ErrInternal)
-	}
-	nic := convert.NIC{Tap: a.Tap(), MAC: a.MAC().String(), MTU: uint(a.MTU())}
-	return a, map[string]convert.NIC{s.NICs[0].Name: nic}, nil
+	var pn podnet.Pod
+	err := nsthread.InNetns(n.Netns, func() error {
+		var err error
+		if pn, err = podnet.Inspect(n.Interface); err != nil {
+			return fmt.Errorf("pod network: %v: %w", err, errdefs.ErrFailedPrecondition)
+		}
+		pn.DNS, _ = podnet.ResolvConf(n.ResolvConf)
+		pn.Hostname = n.Hostname
+		return nil
+	})
+	return pn, err
 }
 
-// inNetns reports whether the calling thread is in the namespace at path:
-// the whole process (a shim started in the pod's netns) or a thread that
-// entered it, locked to its goroutine (a runtime serving many pods, the
-// CRI server), since tun, sysctl and netlink calls act in the calling
-// thread's namespace.
-func inNetns(path string) bool {
-	var want, have unix.Stat_t
-	return unix.Stat(path, &want) == nil && unix.Stat("/proc/thread-self/ns/net", &have) == nil &&
-		want.Dev == have.Dev && want.Ino == have.Ino
+// wireNetwork wires the tap, moved into the pod's namespace, to the pod
+// interface there (podnet.Wire).
+func wireNetwork(n Network, pn podnet.Pod, tap string) (*podnet.Attachment, error) {
+	var a *podnet.Attachment
+	err := nsthread.InNetns(n.Netns, func() error {
+		var err error
+		if a, err = podnet.Wire(pn, tap); err != nil {
+			return fmt.Errorf("pod network: %v: %w", err, errdefs.ErrInternal)
+		}
+		return nil
+	})
+	return a, err
 }
 
 // BlockDevice is a block device a front door was handed for the VM: the

@@ -12,6 +12,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/vmpod/vmpod/pkg/convert"
 	"github.com/vmpod/vmpod/pkg/host"
 	"github.com/vmpod/vmpod/pkg/podcgroup"
 	"github.com/vmpod/vmpod/pkg/podnet"
@@ -89,6 +90,8 @@ type VM struct {
 	// as it stops, while a StopContainer that killed it may still be in
 	// Stop, waiting for that exit.
 	machineGone bool
+	network     Network
+	pod         *podnet.Pod // the pod network Start wires, nil for none
 	net         *podnet.Attachment
 	cgPath      podcgroup.Path
 	cpu         *specs.LinuxCPU
@@ -108,8 +111,8 @@ type VM struct {
 // it made is undone, and Record is told so with an empty Held when the
 // undo was complete.
 func Create(ctx context.Context, req Request, open Opener) (_ *VM, retErr error) {
-	req.Network = req.Network.withDefaults()
-	v := &VM{spec: req.Spec, layout: req.Layout, cgPath: req.Cgroup, cpu: req.CPU, record: req.Record}
+	req.Network = req.Network.withDefaults(req.Spec.Name)
+	v := &VM{spec: req.Spec, layout: req.Layout, cgPath: req.Cgroup, cpu: req.CPU, record: req.Record, network: req.Network}
 	watch := newStopwatch(&v.phases)
 	v.held.Netns = req.Network.Netns
 	defer func() {
@@ -152,17 +155,24 @@ func Create(ctx context.Context, req Request, open Opener) (_ *VM, retErr error)
 	}
 	watch.lap("open")
 
+	// The pod network: its identity read in the pod's namespace, the tap
+	// made in the node's, where libvirt opens it at Start; Start moves it
+	// into the pod's and wires it there before the guest runs.
+	var nics map[string]convert.NIC
 	if len(req.Spec.NICs) > 0 {
-		if err := v.acquire(func(h *Held) { h.Tap, h.PodIf = req.Network.Tap, req.Network.Interface }); err != nil {
+		pn, err := inspectNetwork(req.Network)
+		if err != nil {
 			return nil, err
 		}
-	}
-	attachment, nics, err := AttachNetwork(req.Spec, req.Network)
-	if err != nil {
-		return nil, err
-	}
-	v.net = attachment
-	if attachment != nil {
+		tap := req.Network.Tap
+		if err := v.acquire(func(h *Held) { h.NodeTap, h.PodIf = tap, req.Network.Interface }); err != nil {
+			return nil, err
+		}
+		if err := podnet.CreateTap(tap); err != nil {
+			return nil, fmt.Errorf("pod network: %v: %w", err, errdefs.ErrInternal)
+		}
+		v.pod = &pn
+		nics = map[string]convert.NIC{req.Spec.NICs[0].Name: {Tap: tap, MAC: pn.MAC.String(), MTU: uint(pn.MTU)}}
 		watch.lap("network")
 	}
 
@@ -188,7 +198,7 @@ func Create(ctx context.Context, req Request, open Opener) (_ *VM, retErr error)
 		return nil, err
 	}
 	v.machine, err = env.Runtime.Create(ctx, Config{Spec: req.Spec, Host: env.Host, Image: img, Layout: req.Layout,
-		NICs: nics, Volumes: vols, Jail: req.Jail, OOMScoreAdj: req.OOMScoreAdj,
+		NICs: nics, Volumes: vols, Jail: req.Jail, OOMScoreAdj: req.OOMScoreAdj, Netns: req.Network.Netns,
 		Cgroup:     jailCgroup(v.cgPath, v.limit, v.cpu),
 		ConsoleOut: req.ConsoleOut, ConsoleLogBytes: req.ConsoleLogBytes})
 	if err != nil {
@@ -245,6 +255,9 @@ func (v *VM) Start(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	prepare := func(ctx context.Context, pid int) error {
+		if err := v.wire(); err != nil {
+			return err
+		}
 		cg, err := podcgroup.Load(v.cgPath)
 		if err != nil {
 			return fmt.Errorf("QEMU %d's cgroup, which its jailer made: %w", pid, err)
@@ -257,6 +270,31 @@ func (v *VM) Start(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	return v.machine.PID(ctx)
+}
+
+// wire moves the tap that QEMU now has open into the pod's network
+// namespace and wires it to the pod interface there, recorded in Held as
+// it goes: the tap in both namespaces while it moves.
+func (v *VM) wire() error {
+	if v.pod == nil || v.net != nil {
+		return nil
+	}
+	tap := v.held.NodeTap
+	if err := v.acquire(func(h *Held) { h.Tap = tap }); err != nil {
+		return err
+	}
+	if err := podnet.MoveTap(tap, v.network.Netns); err != nil {
+		return fmt.Errorf("pod network: %v: %w", err, errdefs.ErrInternal)
+	}
+	if err := v.acquire(func(h *Held) { h.NodeTap = "" }); err != nil {
+		return err
+	}
+	a, err := wireNetwork(v.network, *v.pod, tap)
+	if err != nil {
+		return err
+	}
+	v.net = a
+	return nil
 }
 
 // Wait blocks until the VM stops after a Start, or ctx ends. A VM the

@@ -25,9 +25,13 @@
 // running VM over (vm.Adopt: the same QEMU runs on) and undoes what any
 // other one held.
 //
-// The VM's network attach, start and adoption act in the calling
-// thread's network namespace, so they run on a thread locked in the
-// pod's (internal/nsthread).
+// No thread of the daemon's, libvirt's included, ever runs in a pod's
+// network namespace but pkg/vm's pod network steps, on threads of their
+// own: the guest's tap is made in the node's namespace, opened there by
+// libvirt, and moved into the pod's before the guest runs; QEMU's jailer
+// enters the pod's namespace before it execs QEMU. A thread left there
+// would pin the namespace after its pod went, and run what it ran later
+// in it.
 //
 // Metrics of the node's VMs (metrics.go, docs/metrics.md) are counted
 // here too, once for every front door.
@@ -47,10 +51,6 @@
 // across its restart.
 //
 // To do, in order:
-//   - libvirt's event worker thread stays in the first pod's network
-//     namespace it served (pkg/cri/doc.go): no libvirt call in a pod's
-//     namespace (the tap made and opened in the node's, moved into the
-//     pod's; QEMU entering it in its jailer).
 //   - Start cost: the qemu phase is cut from 795 to 335 ms (vmpod-qemu,
 //     the masked guest-CPU read-back; docs/benchmarks.md); create ->
 //     first serial line is 1.46x bare QEMU (the issue's 1.5x), create ->
@@ -66,18 +66,21 @@
 //     pods (Go heap 2.5, the runtime's other memory 2.0), not within 4:
 //     GOGC does not move it.
 //
-// Also done: QEMU starts in the container's cgroup (its jailer enters it
-// before the exec, jail.Spec.Cgroup), so its start-up memory is the pod's,
-// not the daemon's (issue 28, item 4); the jailer is cmd/vmpod-qemu, a
-// small program of its own; a cold capabilities cache is probed by
-// vm-runtime caps-probe. test/containerd TestDaemonKilledUnderPods and test/e2e
+// Also done: no thread of the daemon's runs in a pod's network namespace
+// (the tap made and opened in the node's, moved into the pod's; QEMU's
+// jailer enters the pod's; issue 28, item 15); QEMU starts in the
+// container's cgroup (its jailer enters it before the exec,
+// jail.Spec.Cgroup), so its start-up memory is the pod's, not the
+// daemon's (issue 28, item 4); the jailer is cmd/vmpod-qemu, a small
+// program of its own; a cold capabilities cache is probed by vm-runtime
+// caps-probe. test/containerd TestDaemonKilledUnderPods and test/e2e
 // TestRuntimeKilled (5 VM pods, the runtime killed with SIGKILL and
 // restarted, on both kinds of node); vm-runtime cri's
 // ListMetricDescriptors and ListPodSandboxMetrics.
 //
 // It may import pkg/vm, pkg/vmspec, pkg/node and pkg/node/embedded (to
 // open the node's hypervisor), pkg/virt, pkg/podcgroup, pkg/jail,
-// internal/ckpt, internal/nsthread, containerd's errdefs, log and mount
+// internal/ckpt, containerd's errdefs, log and mount
 // packages, the OCI runtime spec and the standard library; never a front
 // door (pkg/cri, pkg/shim) or their protocols.
 package vmd

@@ -11,7 +11,6 @@ import (
 	"github.com/containerd/log"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/vmpod/vmpod/internal/nsthread"
 	"github.com/vmpod/vmpod/pkg/podcgroup"
 	"github.com/vmpod/vmpod/pkg/vm"
 	"github.com/vmpod/vmpod/pkg/vmspec"
@@ -44,9 +43,11 @@ type CreateRequest struct {
 	Console io.Writer
 }
 
-// Create makes the VM up to a defined, not yet started domain (vm.Create),
-// in the pod's network namespace. A VM of that id already on the node is
-// AlreadyExists. On error nothing of it is left, record included.
+// Create makes the VM up to a defined, not yet started domain (vm.Create).
+// Nothing of it runs in the pod's network namespace but pkg/vm's pod
+// network steps, on threads of their own: libvirt never enters a pod's.
+// A VM of that id already on the node is AlreadyExists. On error nothing
+// of it is left, record included.
 func (s *Service) Create(ctx context.Context, req CreateRequest) (retErr error) {
 	if req.ID == "" || req.PodID == "" {
 		return errorf(errdefs.ErrInvalidArgument, "create a VM: id %q and pod %q must both be set", req.ID, req.PodID)
@@ -96,20 +97,8 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (retErr error) 
 		Cgroup: req.Cgroup, CPU: req.CPU, OOMScoreAdj: req.OOMScoreAdj,
 		ConsoleOut: req.Console, Record: in.record,
 	}
-	return inPodNetns(req.Network.Netns, func() error {
-		var err error
-		in.vm, err = vm.Create(ctx, vreq, opener(env))
-		return err
-	})
-}
-
-// inPodNetns runs f in the pod's network namespace, or here for a VM
-// without one.
-func inPodNetns(netns string, f func() error) error {
-	if netns == "" {
-		return f()
-	}
-	return nsthread.InNetns(netns, f)
+	in.vm, err = vm.Create(ctx, vreq, opener(env))
+	return err
 }
 
 // forget drops in from the node's table.
@@ -121,9 +110,10 @@ func (s *Service) forget(in *instance) {
 	}
 }
 
-// Start boots a created VM, in the pod's network namespace, and returns
-// QEMU's pid. From then on the VM's stop is waited for: its console
-// drained, the VM deleted, its exit recorded (Wait).
+// Start boots a created VM and returns QEMU's pid (QEMU runs in the pod's
+// network namespace, which its jailer enters). From then on the VM's stop
+// is waited for: its console drained, the VM deleted, its exit recorded
+// (Wait).
 func (s *Service) Start(ctx context.Context, id string) (int, error) {
 	in, err := s.get(id)
 	if err != nil {
@@ -138,12 +128,7 @@ func (s *Service) Start(ctx context.Context, id string) (int, error) {
 		return 0, err
 	}
 	defer in.End()
-	var pid int
-	err = inPodNetns(in.Get().Netns, func() error {
-		var err error
-		pid, err = in.vm.Start(ctx)
-		return err
-	})
+	pid, err := in.vm.Start(ctx)
 	s.metrics.started(in.vm.Phases(), err)
 	if err != nil {
 		return 0, err

@@ -72,11 +72,7 @@ func (s *Service) adopt(ctx context.Context, in *instance, consoleFor func(Recor
 	}
 	req := vm.AdoptRequest{Spec: rec.Spec, Layout: s.Layout(rec.PodID), Network: rec.network(), Held: rec.Held,
 		ConsoleOut: console, Record: in.record}
-	if err := inPodNetns(rec.Netns, func() error {
-		var err error
-		in.vm, err = vm.Adopt(ctx, req, opener(env))
-		return err
-	}); err != nil {
+	if in.vm, err = vm.Adopt(ctx, req, opener(env)); err != nil {
 		return err
 	}
 	s.running(ctx, in)

@@ -235,7 +235,10 @@ func runHostile(t *testing.T, c *containerd.Containerd, state string, h hostSide
 			t.Errorf("the QEMU watch missed QEMU %d", pid)
 		}
 		if !podHasTap(t, c, ps) {
-			t.Errorf("no tap %s in the pod's netns while the VM runs", tapName)
+			t.Errorf("no tap in the pod's netns while the VM runs")
+		}
+		if hasTap(t, c) {
+			t.Errorf("a tap in the node's netns while the VM runs: each moves into its pod's")
 		}
 		if len(shimMounts(t, shim, id)) == 0 {
 			t.Errorf("no rootfs mount naming %s in the shim's mount table while the VM runs", id)
@@ -280,17 +283,22 @@ func refusal(msg string) string {
 	return msg
 }
 
-// tapName is the tap the shim makes in the pod's netns (pkg/shim vmtask.go).
-const tapName = "vmpod0"
-
-// podHasTap reports whether the pod's netns holds the shim's tap.
+// podHasTap reports whether the pod's netns holds a tap (the guest's,
+// which the node daemon makes in the node's netns and moves there).
 func podHasTap(t *testing.T, c *containerd.Containerd, ps containerd.PodStatus) bool {
 	t.Helper()
-	out, err := c.Run(10*time.Second, "nsenter", "--net="+ps.NetNSPath, "ip", "-o", "link", "show")
+	return hasTap(t, c, "--net="+ps.NetNSPath)
+}
+
+// hasTap reports whether the network namespace nsenter's flags name (the
+// node's, with none) holds a tap.
+func hasTap(t *testing.T, c *containerd.Containerd, flags ...string) bool {
+	t.Helper()
+	out, err := c.Run(10*time.Second, "nsenter", append(flags, "ip", "-o", "link", "show", "type", "tun")...)
 	if err != nil {
-		t.Fatalf("links in the pod netns: %v", err)
+		t.Fatalf("taps in the namespace: %v", err)
 	}
-	return strings.Contains(out, " "+tapName+":") || strings.Contains(out, " "+tapName+"@")
+	return strings.TrimSpace(out) != ""
 }
 
 // shimMounts lists the lines of the shim's mount table that name id (the
@@ -316,7 +324,10 @@ func shimMounts(t *testing.T, shim int, id string) []string {
 func assertNoVM(t *testing.T, c *containerd.Containerd, ps containerd.PodStatus, shim int, podDir, domain, ctrID string) {
 	t.Helper()
 	if podHasTap(t, c, ps) {
-		t.Errorf("tap %s left in the pod's netns after the failed start", tapName)
+		t.Errorf("a tap left in the pod's netns after the failed start")
+	}
+	if hasTap(t, c) {
+		t.Errorf("a tap left in the node's netns after the failed start")
 	}
 	if m := shimMounts(t, shim, ctrID); len(m) > 0 {
 		t.Errorf("mounts left in the shim after the failed start: %q", m)

@@ -28,7 +28,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/vmpod/vmpod/internal/testenv/repo"
 	"github.com/vmpod/vmpod/internal/testguest"
@@ -107,6 +109,8 @@ func TestCrictlVMPod(t *testing.T) {
 		t.Errorf("QEMU's oom_score_adj = %q, %v; want the container's %d", b, err, burstableOOMScoreAdj)
 	}
 
+	n.assertVMNetns(podID)
+
 	n.checkExecSync(id)
 	n.checkExec(id)
 	n.checkAttach(id)
@@ -134,15 +138,11 @@ func TestCrictlVMPod(t *testing.T) {
 }
 
 // assertThreadsInNodeNetns: every thread of the server is in the node's
-// network namespace once the pod is gone, but one: libvirt's "qemu-event"
-// worker. A thread left in a pod's namespace keeps that namespace alive,
-// and whatever it runs later runs there. libvirt starts a domain's event
-// thread from the thread that starts the domain, which is in the pod's
-// namespace (its tap is opened there), and that thread starts libvirt's
-// one qemu-event worker on the first event it hands over: the worker
-// stays in the first such pod's namespace until the server restarts, a
-// known leak of one namespace (pkg/cri/doc.go). Any other thread, or a
-// second worker, fails the test.
+// network namespace once the pod is gone. A thread left in a pod's
+// namespace keeps that namespace alive, and whatever it runs later runs
+// there: libvirt starts a domain's threads (its event thread, and its one
+// qemu-event worker with the first event) from the thread that starts
+// the domain, so no libvirt call may run in a pod's namespace.
 func (n *node) assertThreadsInNodeNetns() {
 	t := n.t
 	pid := n.server.Process.Pid
@@ -154,25 +154,69 @@ func (n *node) assertThreadsInNodeNetns() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	knownLeak := false
 	for _, task := range tasks {
 		ns, err := os.Readlink(fmt.Sprintf("/proc/%d/task/%s/ns/net", pid, task.Name()))
 		if err != nil {
 			continue // the thread exited
 		}
-		if ns == want {
-			continue
+		if ns != want {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/comm", pid, task.Name()))
+			t.Errorf("thread %s (%s) of vm-runtime cri is in %s after its pod went, not the node's %s",
+				task.Name(), strings.TrimSpace(string(b)), ns, want)
 		}
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/comm", pid, task.Name()))
-		comm := strings.TrimSpace(string(b))
-		if comm == "qemu-event" && !knownLeak {
-			knownLeak = true
-			t.Logf("libvirt's qemu-event worker (thread %s) is in %s, a pod's namespace (known leak, pkg/cri/doc.go)", task.Name(), ns)
-			continue
-		}
-		t.Errorf("thread %s (%s) of vm-runtime cri is in %s after its pod went, not the node's %s",
-			task.Name(), comm, ns, want)
 	}
+}
+
+// podNetns is the network namespace of the pod podID (the server's
+// --netns-dir).
+func (n *node) podNetns(podID string) string { return filepath.Join(n.dir, "netns", podID[:16]) }
+
+// assertVMNetns: the running VM of pod podID is in the pod's network
+// namespace, QEMU and its tap, and nothing of it in the node's.
+func (n *node) assertVMNetns(podID string) {
+	t := n.t
+	var pod, qemu unix.Stat_t
+	if err := unix.Stat(n.podNetns(podID), &pod); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Stat(fmt.Sprintf("/proc/%d/ns/net", n.qemuPID()), &qemu); err != nil {
+		t.Fatal(err)
+	}
+	if pod.Ino != qemu.Ino || pod.Dev != qemu.Dev {
+		t.Errorf("QEMU is in network namespace %d, not the pod's %d", qemu.Ino, pod.Ino)
+	}
+	if taps := tapsIn(t, n.podNetns(podID)); len(taps) != 1 {
+		t.Errorf("taps in the pod's network namespace: %v, want the guest's one", taps)
+	}
+	if taps := tapsIn(t, n.nsPath); len(taps) != 0 {
+		t.Errorf("taps in the node's network namespace: %v, want none (each moves into its pod's)", taps)
+	}
+}
+
+// tapsIn names the taps in the network namespace at path.
+func tapsIn(t *testing.T, path string) []string {
+	t.Helper()
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	links, err := h.LinkList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var taps []string
+	for _, l := range links {
+		if _, ok := l.(*netlink.Tuntap); ok {
+			taps = append(taps, l.Attrs().Name)
+		}
+	}
+	return taps
 }
 
 // configs are the pod and container configs of the test guest pod, as
@@ -322,12 +366,15 @@ func TestCrictlServerRestartAdoptFails(t *testing.T) {
 	pid := n.qemuPID()
 
 	n.kill()
-	podNetns := filepath.Join(n.dir, "netns", podID[:16])
-	n.run("nsenter", "--net="+podNetns, "ip", "link", "del", "vmpod0")
+	tap := tapsIn(t, n.podNetns(podID))
+	if len(tap) != 1 {
+		t.Fatalf("taps in the pod's network namespace: %v, want the guest's", tap)
+	}
+	n.run("nsenter", "--net="+n.podNetns(podID), "ip", "link", "del", tap[0])
 	n.start()
 
 	st := n.inspect(id)
-	if st.State != "CONTAINER_EXITED" || st.Reason != "AdoptFailed" || !strings.Contains(st.Message, "vmpod0") {
+	if st.State != "CONTAINER_EXITED" || st.Reason != "AdoptFailed" || !strings.Contains(st.Message, tap[0]) {
 		t.Errorf("after a restart that could not take the VM over: %+v, want exited, AdoptFailed, naming the tap", st)
 	}
 	for i := 0; i < 200 && syscall.Kill(pid, 0) == nil; i++ { // bounded: QEMU is reaped a moment after its stop

@@ -133,9 +133,9 @@ func (c *Conn) Stats(ctx context.Context, name string) (virt.Stats, error) {
 			s.MemoryRSS = m.Val * 1024
 		}
 	}
-	all, err := c.conn.GetAllDomainStats([]*lv.Domain{d}, lv.DOMAIN_STATS_INTERFACE|lv.DOMAIN_STATS_BLOCK, 0)
+	all, err := c.conn.GetAllDomainStats([]*lv.Domain{d}, lv.DOMAIN_STATS_BLOCK, 0)
 	if err != nil {
-		return virt.Stats{}, classify(err, "I/O stats of "+subject(name))
+		return virt.Stats{}, classify(err, "block stats of "+subject(name))
 	}
 	for _, rec := range all {
 		for _, b := range rec.Block {
@@ -143,12 +143,6 @@ func (c *Conn) Stats(ctx context.Context, name string) (virt.Stats, error) {
 			s.Block.WriteBytes += b.WrBytes
 			s.Block.ReadOps += b.RdReqs
 			s.Block.WriteOps += b.WrReqs
-		}
-		for _, n := range rec.Net {
-			s.Net.RxBytes += n.RxBytes
-			s.Net.TxBytes += n.TxBytes
-			s.Net.RxPackets += n.RxPkts
-			s.Net.TxPackets += n.TxPkts
 		}
 		_ = rec.Domain.Free()
 	}
