@@ -345,8 +345,9 @@ log "starting vm-runtime daemon (the node's VMs, for the shims)"
 start vmd "$repo/hack/local/restart-always.sh" env TMPDIR="$RUN/tmp" "$STATE/bin/vm-runtime" daemon --socket "$RUN/vmd.sock" \
 	--state-root "$STATE/vm" --capabilities-cache "$CAPS_CACHE" --metrics-address "127.0.0.1:$NODE_METRICS_PORT"
 wait_for "vm-runtime daemon" 60 in_node test -S "$RUN/vmd.sock" || die "vm-runtime daemon did not serve $RUN/vmd.sock within 60s"
-# The shims inherit containerd's environment: the daemon's socket.
-start containerd env VMPOD_STATE_ROOT="$STATE/vm" VMPOD_NODE_SOCKET="$RUN/vmd.sock" TMPDIR="$RUN/tmp" \
+# The shims inherit containerd's environment: the daemon's socket. Under
+# restart-always.sh, as containerd's unit restarts it: test/e2e kills it.
+start containerd "$repo/hack/local/restart-always.sh" env VMPOD_STATE_ROOT="$STATE/vm" VMPOD_NODE_SOCKET="$RUN/vmd.sock" TMPDIR="$RUN/tmp" \
 	"$BIN/containerd" --config "$STATE/containerd.toml"
 ctr() { in_node "$BIN/ctr" --address "$RUN/containerd.sock" -n k8s.io "$@"; }
 wait_for containerd 60 ctr version || die "containerd did not start within 60s"
@@ -362,7 +363,9 @@ log "starting the kubelet (node $NAME at $NODE_IP)"
 sed -e "s|@STATE@|$STATE|g" -e "s|@NODE_STATE@|$STATE|g" -e "s|@RUNTIME_ENDPOINT@|unix://$RUN/containerd.sock|g" \
 	-e "s|@CGROUP_ROOT@|/$NAME|g" -e "s|@CERT@|kubelet|g" -e "s|@NODE_IP@|$NODE_IP|g" \
 	-e "s|@DNS_IP@|$DNS_IP|g" -e "s|@CLUSTER_DOMAIN@|$CLUSTER_DOMAIN|g" hack/local/kubelet.yaml >"$STATE/kubelet.yaml"
-start kubelet "$BIN/kubelet" --config "$STATE/kubelet.yaml" --kubeconfig "$STATE/kubelet.kubeconfig" \
+# Under restart-always.sh, as the kubelet's unit restarts it: test/e2e
+# kills it.
+start kubelet "$repo/hack/local/restart-always.sh" "$BIN/kubelet" --config "$STATE/kubelet.yaml" --kubeconfig "$STATE/kubelet.kubeconfig" \
 	--hostname-override "$NAME" --node-ip "$NODE_IP" --root-dir /var/lib/kubelet
 # kube_proxy_config NODE KUBECONFIG: the node's kube-proxy configuration.
 kube_proxy_config() {
@@ -397,7 +400,7 @@ if ((CRI_NODE)); then
 		printf '%s\n' "# VMs only: pods that do not tolerate this stay off the node." "registerWithTaints:" \
 			"- key: $VM_TAINT_KEY" '  value: "true"' "  effect: NoSchedule"
 	} >"$STATE/kubelet-vm.yaml"
-	start_in holder-vm kubelet-vm "$BIN/kubelet" --config "$STATE/kubelet-vm.yaml" --kubeconfig "$STATE/kubelet-vm.kubeconfig" \
+	start_in holder-vm kubelet-vm "$repo/hack/local/restart-always.sh" "$BIN/kubelet" --config "$STATE/kubelet-vm.yaml" --kubeconfig "$STATE/kubelet-vm.kubeconfig" \
 		--hostname-override "$VM_NAME" --node-ip "$VM_NODE_IP" --root-dir /var/lib/kubelet
 	log "starting kube-proxy (node $VM_NAME)"
 	kube_proxy_config "$VM_NAME" "$STATE/kube-proxy-vm.kubeconfig" >"$STATE/kube-proxy-vm.yaml"

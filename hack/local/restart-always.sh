@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # restart-always.sh CMD...: run CMD, and again a second after it ends, as
-# systemd's Restart=always does for vmpod's units (the node daemon, the
-# CRI server), until this script gets SIGTERM or SIGINT: it passes the
-# signal to CMD, waits for CMD to end and exits with its status.
-# hack/local-up.sh runs the local nodes' runtimes under it, so a test can
-# kill one (SIGKILL) and find it back, as on a real node.
+# systemd's Restart=always does for a node's units (the kubelet,
+# containerd, vmpod's node daemon and CRI server), until this script gets
+# SIGTERM or SIGINT: it passes the signal to CMD, waits for CMD to end and
+# exits with its status. hack/local-up.sh runs the local nodes' kubelets
+# and runtimes under it, so a test can kill one (SIGKILL) and find it
+# back, as on a real node.
 set -u
 child="" stopping=""
 trap 'stopping=1; if [[ -n $child ]]; then kill -TERM "$child" 2>/dev/null; fi' TERM INT

@@ -37,7 +37,7 @@ func (s *Server) RemovePodSandbox(ctx context.Context, r *runtimeapi.RemovePodSa
 	if err := s.removeDefaultPodCgroup(rec); err != nil {
 		return nil, err
 	}
-	if err := s.vms.ReleasePod(rec.ID); err != nil {
+	if err := s.vms.ReleasePod(ctx, rec.ID); err != nil {
 		return nil, err
 	}
 	if err := sb.Remove(); err != nil {

@@ -204,7 +204,7 @@ func (s *Server) ReleasePod(ctx context.Context, r *node.ReleasePodRequest) (*em
 	if r.PodId == "" {
 		return nil, fmt.Errorf("release a pod: no pod id: %w", errdefs.ErrInvalidArgument)
 	}
-	return empty, s.vms.ReleasePod(r.PodId)
+	return empty, s.vms.ReleasePod(ctx, r.PodId)
 }
 
 func (s *Server) Get(ctx context.Context, r *node.IDRequest) (*node.VM, error) {

@@ -81,6 +81,9 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (retErr error) 
 		}
 	}()
 
+	if err := s.waitPredecessor(ctx, req.ID, req.Spec.Name); err != nil {
+		return err
+	}
 	// libvirt opens here, in this process's namespace, not the pod's.
 	env, err := s.hypervisor(ctx)
 	if err != nil {
@@ -99,6 +102,43 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (retErr error) 
 	}
 	in.vm, err = vm.Create(ctx, vreq, opener(env))
 	return err
+}
+
+// predecessorWait bounds Create's wait for an earlier VM of the same pod.
+var predecessorWait = 30 * time.Second
+
+// waitPredecessor waits, up to predecessorWait, until no other VM of the
+// node holds the domain name (a pod's VM is named after the pod): the
+// pod's earlier VM, when its shim died and the kubelet makes the sandbox
+// and container again while containerd is still removing the old ones.
+// Past the wait it is Unavailable, which the kubelet retries. An earlier
+// VM that stopped holds its domain no more (its stop deleted it).
+func (s *Service) waitPredecessor(ctx context.Context, id, domain string) error {
+	ctx, cancel := context.WithTimeout(ctx, predecessorWait)
+	defer cancel()
+	for {
+		other := s.holding(domain, id)
+		if other == "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return errorf(errdefs.ErrUnavailable, "VM %s: VM %s of the same pod still holds the domain %s; it goes when its container is removed",
+				id, other, domain)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// holding is the id of a VM other than id that holds the domain name, ""
+// for none.
+func (s *Service) holding(domain, id string) string {
+	for _, in := range s.snapshot() {
+		if r := in.Get(); r.ID != id && r.Held.Domain == domain {
+			return r.ID
+		}
+	}
+	return ""
 }
 
 // forget drops in from the node's table.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/vmpod/vmpod/internal/ckpt"
+	"github.com/vmpod/vmpod/pkg/vm"
 )
 
 // TestRecover: a VM that was created but never started is recorded
@@ -112,5 +114,87 @@ func TestRefusals(t *testing.T) {
 	}
 	if s.conn != nil {
 		t.Error("refusals opened libvirt")
+	}
+}
+
+// TestWaitPredecessor: a VM of a pod whose earlier VM still holds the
+// pod's domain (its shim died; containerd is still removing it while the
+// kubelet makes the pod again) waits for it to go, and is Unavailable,
+// naming it, if it does not go within the wait. A stopped earlier VM
+// holds no domain and is no wait.
+func TestWaitPredecessor(t *testing.T) {
+	ctx := context.Background()
+	s, err := New(Config{StateRoot: t.TempDir()}.WithDefaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func(d time.Duration) { predecessorWait = d }(predecessorWait)
+	predecessorWait = 300 * time.Millisecond
+	old := newInstance(s.cfg, Record{ID: "old", PodID: "p1", State: Running, Held: vm.Held{Domain: "ns_pod"}})
+	gone := newInstance(s.cfg, Record{ID: "gone", PodID: "p0", State: Stopped})
+	s.mu.Lock()
+	s.vms["old"], s.vms["gone"] = old, gone
+	s.mu.Unlock()
+
+	if err := s.waitPredecessor(ctx, "new", "other_pod"); err != nil {
+		t.Errorf("a VM of another pod waited: %v", err)
+	}
+	err = s.waitPredecessor(ctx, "new", "ns_pod")
+	if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "VM old") {
+		t.Errorf("while the earlier VM holds the domain: %v, want Unavailable naming VM old", err)
+	}
+
+	predecessorWait = 30 * time.Second
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		s.forget(old)
+	}()
+	start := time.Now()
+	if err := s.waitPredecessor(ctx, "new", "ns_pod"); err != nil {
+		t.Errorf("after the earlier VM went: %v", err)
+	}
+	if d := time.Since(start); d < 200*time.Millisecond {
+		t.Errorf("waited %v, less than the earlier VM took to go", d)
+	}
+}
+
+// TestReleasePodWaits: a pod's release waits for its VMs to go (after a
+// pod's shim died, containerd cleans its sandbox and its containers up at
+// once), removes the pod's dir once they have, and is FailedPrecondition,
+// naming the VM, if one still holds something past the wait.
+func TestReleasePodWaits(t *testing.T) {
+	ctx := context.Background()
+	s, err := New(Config{StateRoot: t.TempDir()}.WithDefaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func(d time.Duration) { podReleaseWait = d }(podReleaseWait)
+	podReleaseWait = 300 * time.Millisecond
+	dir := s.Layout("p1").Dir
+	if err := os.MkdirAll(filepath.Join(dir, "vm"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	in := newInstance(s.cfg, Record{ID: "c1", PodID: "p1", State: Running, Held: vm.Held{Domain: "ns_pod"}})
+	s.mu.Lock()
+	s.vms["c1"] = in
+	s.mu.Unlock()
+
+	if err := s.ReleasePod(ctx, "p1"); !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "VM c1") {
+		t.Errorf("release while VM c1 holds its domain: %v, want FailedPrecondition naming it", err)
+	}
+	if _, err := os.Stat(dir); err != nil {
+		t.Errorf("the pod's dir went while its VM held it: %v", err)
+	}
+
+	podReleaseWait = 30 * time.Second
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		s.forget(in)
+	}()
+	if err := s.ReleasePod(ctx, "p1"); err != nil {
+		t.Errorf("release once the VM went: %v", err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the pod's dir after its release: %v, want it gone", err)
 	}
 }

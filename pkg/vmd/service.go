@@ -139,12 +139,27 @@ func (s *Service) jail(podID string) (vm.Jail, error) {
 	return j, nil
 }
 
+// podReleaseWait bounds ReleasePod's wait for the pod's VMs to go.
+var podReleaseWait = 20 * time.Second
+
 // ReleasePod deletes the pod's dir and gives back its QEMU uid, once no
-// VM of the pod holds anything; a pod already released is no error.
-func (s *Service) ReleasePod(podID string) error {
-	for _, in := range s.snapshot() {
-		if r := in.Get(); r.PodID == podID && !r.Held.Empty() {
+// VM of the pod holds anything; a pod already released is no error. It
+// waits for the pod's VMs to go, up to podReleaseWait (or ctx's end),
+// then fails with FailedPrecondition naming one: after a pod's shim died,
+// containerd cleans up its sandbox and its containers at once, and the
+// sandbox's release must not lose the race to the VM's removal.
+func (s *Service) ReleasePod(ctx context.Context, podID string) error {
+	ctx, cancel := context.WithTimeout(ctx, podReleaseWait)
+	defer cancel()
+	for {
+		r, held := s.podHolder(podID)
+		if !held {
+			break
+		}
+		select {
+		case <-ctx.Done():
 			return errorf(errdefs.ErrFailedPrecondition, "pod %s: its VM %s still holds %+v", podID, r.ID, r.Held)
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
 	l := s.Layout(podID)
@@ -155,6 +170,16 @@ func (s *Service) ReleasePod(podID string) error {
 		return errorf(errdefs.ErrInternal, "QEMU's uid lease: %v", err)
 	}
 	return nil
+}
+
+// podHolder is a VM of the pod that still holds something on the node.
+func (s *Service) podHolder(podID string) (Record, bool) {
+	for _, in := range s.snapshot() {
+		if r := in.Get(); r.PodID == podID && !r.Held.Empty() {
+			return r, true
+		}
+	}
+	return Record{}, false
 }
 
 // get finds a VM by its id.
