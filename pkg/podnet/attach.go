@@ -62,9 +62,32 @@ func Attach(p Pod, tap string) (*Attachment, error) {
 // enters a pod's namespace), then moves it into the pod's (MoveTap) and
 // wires it there (Wire).
 func CreateTap(tap string) error {
-	if tap == "" || len(tap) >= unix.IFNAMSIZ || filepath.Base(tap) != tap {
-		return fmt.Errorf("tap name %q: want 1 to %d characters, no '/'", tap, unix.IFNAMSIZ-1)
+	if err := validTapName(tap); err != nil {
+		return err
 	}
+	return here(func(h *netlink.Handle) error {
+		// IFF_TUN_EXCL enforces it; the look-up first gives the clearer error.
+		if _, err := h.LinkByName(tap); err == nil {
+			return fmt.Errorf("tap %q: a link of that name exists already", tap)
+		}
+		err := h.LinkAdd(&netlink.Tuntap{
+			LinkAttrs: netlink.LinkAttrs{Name: tap},
+			Mode:      netlink.TUNTAP_MODE_TAP,
+			Flags:     netlink.TUNTAP_TUN_EXCL | netlink.TUNTAP_NO_PI | netlink.TUNTAP_VNET_HDR,
+		})
+		if errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("tap %q: %w (the kernel needs the tun driver, CONFIG_TUN, and /dev/net/tun)", tap, err)
+		}
+		if err != nil {
+			return fmt.Errorf("tap %q: %w", tap, err)
+		}
+		return nil
+	})
+}
+
+// here runs f with a netlink handle in the calling thread's network
+// namespace, on that thread.
+func here(f func(*netlink.Handle) error) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
@@ -72,20 +95,13 @@ func CreateTap(tap string) error {
 		return fmt.Errorf("netlink: %w", err)
 	}
 	defer h.Close()
-	// IFF_TUN_EXCL enforces it; the look-up first gives the clearer error.
-	if _, err := h.LinkByName(tap); err == nil {
-		return fmt.Errorf("tap %q: a link of that name exists already", tap)
-	}
-	err = h.LinkAdd(&netlink.Tuntap{
-		LinkAttrs: netlink.LinkAttrs{Name: tap},
-		Mode:      netlink.TUNTAP_MODE_TAP,
-		Flags:     netlink.TUNTAP_TUN_EXCL | netlink.TUNTAP_NO_PI | netlink.TUNTAP_VNET_HDR,
-	})
-	if errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("tap %q: %w (the kernel needs the tun driver, CONFIG_TUN, and /dev/net/tun)", tap, err)
-	}
-	if err != nil {
-		return fmt.Errorf("tap %q: %w", tap, err)
+	return f(h)
+}
+
+// validTapName checks that tap can name a link.
+func validTapName(tap string) error {
+	if tap == "" || len(tap) >= unix.IFNAMSIZ || filepath.Base(tap) != tap {
+		return fmt.Errorf("tap name %q: want 1 to %d characters, no '/'", tap, unix.IFNAMSIZ-1)
 	}
 	return nil
 }
@@ -95,47 +111,37 @@ func CreateTap(tap string) error {
 // keeps it: the tap's file stays attached to the device wherever it
 // goes. The tap comes up down in its new namespace, without addresses.
 func MoveTap(tap, nsPath string) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
-	if err != nil {
-		return fmt.Errorf("netlink: %w", err)
-	}
-	defer h.Close()
-	l, err := tapByName(h, tap)
-	if err != nil {
-		return err
-	}
-	ns, err := netns.GetFromPath(nsPath)
-	if err != nil {
-		return fmt.Errorf("tap %q: the pod's network namespace %s: %w", tap, nsPath, err)
-	}
-	defer ns.Close()
-	if err := h.LinkSetNsFd(l, int(ns)); err != nil {
-		return fmt.Errorf("tap %q: move into %s: %w", tap, nsPath, err)
-	}
-	return nil
+	return here(func(h *netlink.Handle) error {
+		l, err := tapByName(h, tap)
+		if err != nil {
+			return err
+		}
+		ns, err := netns.GetFromPath(nsPath)
+		if err != nil {
+			return fmt.Errorf("tap %q: the pod's network namespace %s: %w", tap, nsPath, err)
+		}
+		defer ns.Close()
+		if err := h.LinkSetNsFd(l, int(ns)); err != nil {
+			return fmt.Errorf("tap %q: move into %s: %w", tap, nsPath, err)
+		}
+		return nil
+	})
 }
 
 // DeleteTap deletes the tap named tap from the calling thread's network
 // namespace; none there is no error, nor is a link of that name that is
 // no tap (it is not ours, and stays).
 func DeleteTap(tap string) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
-	if err != nil {
-		return fmt.Errorf("netlink: %w", err)
-	}
-	defer h.Close()
-	l, err := h.LinkByName(tap)
-	if err != nil {
-		return nil
-	}
-	if _, ok := l.(*netlink.Tuntap); !ok {
-		return nil
-	}
-	return ignoreNoLink(h.LinkDel(l))
+	return here(func(h *netlink.Handle) error {
+		l, err := h.LinkByName(tap)
+		if err != nil {
+			return nil
+		}
+		if _, ok := l.(*netlink.Tuntap); !ok {
+			return nil
+		}
+		return ignoreNoLink(h.LinkDel(l))
+	})
 }
 
 // tapByName is the tap named tap in h's namespace, an error if there is
@@ -308,9 +314,10 @@ func (a *Attachment) onClose(f func() error) {
 }
 
 func validate(p Pod, tap string) error {
+	if err := validTapName(tap); err != nil {
+		return err
+	}
 	switch {
-	case tap == "" || len(tap) >= unix.IFNAMSIZ || filepath.Base(tap) != tap:
-		return fmt.Errorf("tap name %q: want 1 to %d characters, no '/'", tap, unix.IFNAMSIZ-1)
 	case tap == p.Interface:
 		return fmt.Errorf("tap name %q is the pod interface's", tap)
 	case len(p.MAC) != 6:
