@@ -51,6 +51,17 @@
 // across its restart.
 //
 // To do, in order:
+//   - Issue 28, item 13 (disk full, read-only state dir), planned:
+//     local-up puts each node's state root on a loop-mounted file system
+//     of its own (a sparse image under _output), so a test can fill it
+//     without touching the host's disk; Create maps ENOSPC, EDQUOT and
+//     EROFS anywhere in its error (and qemu-img's and libvirt's "No
+//     space left on device") to ResourceExhausted naming the state root
+//     and its free bytes; test/e2e fills it, expects the pod's event and
+//     no partial state, frees it, expects the pod Running.
+//   - Issue 28, item 12 (node reboot), planned: local-down keeping the
+//     state dirs, local-up starting from them; Recover already records a
+//     VM whose QEMU is gone as exited and undoes what it held.
 //   - Start cost: the qemu phase is cut from 795 to 335 ms (vmpod-qemu,
 //     the masked guest-CPU read-back; docs/benchmarks.md); create ->
 //     first serial line is 1.46x bare QEMU (the issue's 1.5x), create ->
