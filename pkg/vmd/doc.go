@@ -68,7 +68,10 @@
 //     /init 1.38x (the issue asks 1.15x), where vmpod equals the libvirt
 //     reference (0.98x). The rest is the guest's boot under libvirt's
 //     QEMU, not vmpod: its command-line differences, tried one at a time,
-//     changed nothing beyond TCG's run-to-run spread. Next: a QEMU trace
+//     changed nothing beyond TCG's run-to-run spread. Next: the tap's
+//     move and wiring out of the paused window (prepare is 49-50 ms since
+//     the tap is made in the node's namespace: the jailer could move it
+//     as it starts, the daemon wire it while QEMU starts); a QEMU trace
 //     of both to /init; intake's and the overlay's qemu-img runs (81 ms,
 //     a qcow2 header read and written in Go).
 //   - Per-pod cost (BenchmarkShimFootprint, docs/shim-memory.md): the
