@@ -36,7 +36,16 @@ func LeaseJail(stateRoot string, uids jail.Range, l Layout, diskCap uint64) (Jai
 	return Jail{Jailer: jailer, UID: uid, GID: uid, LibvirtRoot: l.Libvirt(), DiskCap: diskCap}, nil
 }
 
-// ReleaseJail gives back the uid LeaseJail leased for the pod at l.
+// ReleaseJail gives back the uid LeaseJail leased for the pod at l, once
+// no process runs as it (jail.Release kills what is left first).
 func ReleaseJail(stateRoot string, l Layout) error {
 	return jail.Release(UIDLeases(stateRoot), l.Dir)
+}
+
+// KillOrphans kills what still runs as the uid of the pod at l (a QEMU
+// the hypervisor lost track of), keeping the lease: the runtime calls it
+// on a VM it recovers but could not take over, before the pod's next
+// QEMU runs as that uid.
+func KillOrphans(stateRoot string, l Layout) error {
+	return jail.KillOrphans(UIDLeases(stateRoot), l.Dir)
 }

@@ -19,7 +19,8 @@ import (
 // consoleFor gives, and its stop is waited for as if this process had
 // started it; one that stopped meanwhile reports its exit. Any other VM
 // that still holds something (created but never started, or one whose
-// takeover failed) has that undone (vm.Undo) and is recorded stopped,
+// takeover failed) has that undone (vm.Undo), anything still running as
+// its pod's QEMU uid killed (vm.KillOrphans), and is recorded stopped,
 // 137, with the reason (RuntimeRestarted, AdoptFailed). A bad checkpoint
 // is logged and skipped; nothing here is fatal.
 func (s *Service) Recover(ctx context.Context, consoleFor func(Record) (io.Writer, error)) {
@@ -97,6 +98,14 @@ func (s *Service) undoLeftover(ctx context.Context, in *instance, reason, messag
 		}
 		if err := vm.Undo(ctx, hv, rec.Held); err != nil {
 			log.G(ctx).WithError(err).Errorf("VM %s: undo what it holds (its checkpoint keeps it)", rec.ID)
+			return
+		}
+	}
+	if rec.State != Stopped {
+		// A QEMU of the pod that outlived what the hypervisor knows
+		// would run beside the pod's next one, as the same uid.
+		if err := vm.KillOrphans(s.cfg.StateRoot, s.Layout(rec.PodID)); err != nil {
+			log.G(ctx).WithError(err).Errorf("VM %s: kill what still runs as its QEMU's uid (its checkpoint keeps it)", rec.ID)
 			return
 		}
 	}

@@ -3,8 +3,10 @@ package vmd
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -12,18 +14,19 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/vmpod/vmpod/internal/ckpt"
+	"github.com/vmpod/vmpod/pkg/jail"
 	"github.com/vmpod/vmpod/pkg/vm"
 )
 
 // TestRecover: a VM that was created but never started is recorded
 // stopped with RuntimeRestarted (it held nothing yet, so no hypervisor is
-// opened for it); a stopped one keeps its exit; a bad checkpoint is
-// skipped; Wait answers at once for each, and Remove forgets them,
-// checkpoint and all.
+// opened for it), and a process left running as its pod's QEMU uid is
+// killed; a stopped one keeps its exit; a bad checkpoint is skipped; Wait
+// answers at once for each, and Remove forgets them, checkpoint and all.
 func TestRecover(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
-	cfg := Config{StateRoot: root}.WithDefaults()
+	cfg := Config{StateRoot: root, UIDs: jail.Range{First: 0x70000000 + 4500, Count: 4}}.WithDefaults()
 	created := Record{ID: "created", PodID: "p1", State: Created, CreatedAt: 1}
 	stopped := Record{ID: "stopped", PodID: "p2", State: Stopped, CreatedAt: 1, StartedAt: 2, FinishedAt: 3,
 		Exit: Exit{Status: 0, Reason: "Completed", Message: "the guest powered off"}}
@@ -40,9 +43,32 @@ func TestRecover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// An orphan of the created VM's pod: a process of its QEMU's uid
+	// that no hypervisor knows.
+	j, err := vm.LeaseJail(root, cfg.UIDs, s.Layout("p1"), cfg.DiskCap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan := exec.Command("sleep", "300")
+	orphan.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: j.UID, Gid: j.GID}}
+	if err := orphan.Start(); err != nil {
+		t.Fatal(err)
+	}
+	reaped := make(chan error, 1)
+	go func() { reaped <- orphan.Wait() }()
+	t.Cleanup(func() { orphan.Process.Kill() })
+
 	s.Recover(ctx, nil)
 	if s.conn != nil {
 		t.Error("Recover opened libvirt for VMs that held no domain")
+	}
+	select {
+	case err := <-reaped:
+		if ws, ok := orphan.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
+			t.Errorf("the orphan of uid %d ended with %v, want SIGKILL", j.UID, err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Errorf("Recover left process %d running as the pod's QEMU uid %d", orphan.Process.Pid, j.UID)
 	}
 	if got := len(s.List()); got != 2 {
 		t.Fatalf("after Recover: %d VMs, want 2: %+v", got, s.List())
