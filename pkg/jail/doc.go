@@ -15,7 +15,9 @@
 //  1. chowns the VM's writable dir (and everything in it, without following
 //     links) and libvirt's per-VM secret file named on the command line to
 //     the jail's uid and gid;
-//  2. makes a private mount namespace and builds a new root on a small
+//  2. makes IPC and UTS namespaces of its own (no System V IPC object or
+//     POSIX message queue of the node, host name "vmpod-qemu") and a
+//     private mount namespace, and builds a new root on a small
 //     tmpfs: /usr and the merged-/usr links (or /lib, /bin, ... read-only),
 //     /etc/ld.so.cache, a /dev with null, zero, full, random, urandom and
 //     the devices the spec names (made owned by the uid), a /proc that

@@ -382,3 +382,40 @@ func BenchmarkNoJail(b *testing.B) {
 		}
 	}
 }
+
+// TestJailNamespaces: QEMU has IPC and UTS namespaces of its own: a
+// System V shared memory segment of the node is out of its sight, and it
+// sees the jail's host name, not the node's.
+func TestJailNamespaces(t *testing.T) {
+	id, err := unix.SysvShmGet(unix.IPC_PRIVATE, 4096, unix.IPC_CREAT|0o666)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = unix.SysvShmCtl(id, unix.IPC_RMID, nil) })
+	j := newTestJail(t)
+	out, err := jailed(t, j.spec, "readlink /proc/self/ns/ipc /proc/self/ns/uts; cat /proc/sys/kernel/hostname; cat /proc/sysvipc/shm")
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	for _, ns := range []string{"ipc", "uts"} {
+		self, err := os.Readlink("/proc/self/ns/" + ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(out, self) {
+			t.Errorf("QEMU shares the node's %s namespace %s:\n%s", ns, self, out)
+		}
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "\nvmpod-qemu\n") || strings.Contains(out, "\n"+host+"\n") {
+		t.Errorf("QEMU's host name: want vmpod-qemu, not the node's %q:\n%s", host, out)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[1] == strconv.Itoa(id) {
+			t.Errorf("QEMU sees the node's shared memory segment %d: %s", id, line)
+		}
+	}
+}

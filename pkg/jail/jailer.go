@@ -205,10 +205,18 @@ const (
 	flagsRON = flagsRO | unix.MS_NOEXEC
 )
 
-// buildRoot makes the jail's mount namespace and root and enters it.
+// jailHostname is the host name QEMU sees in its own UTS namespace.
+const jailHostname = "vmpod-qemu"
+
+// buildRoot makes the jail's namespaces (mount, IPC: no System V IPC
+// object or POSIX queue of the node in sight; UTS: the node's name
+// neither seen nor changeable) and its root, and enters them.
 func buildRoot(s Spec, readOnly []string) error {
-	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
-		return fmt.Errorf("mount namespace: %w", err)
+	if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS); err != nil {
+		return fmt.Errorf("mount, IPC and UTS namespaces: %w", err)
+	}
+	if err := unix.Sethostname([]byte(jailHostname)); err != nil {
+		return fmt.Errorf("the jail's host name: %w", err)
 	}
 	// Nothing done below propagates back to the host.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
