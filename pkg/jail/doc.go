@@ -33,14 +33,16 @@
 //     capability set including the bounding and ambient sets, sets
 //     no_new_privs, and execs QEMU.
 //
-// libvirt's seccomp_sandbox = 1 makes QEMU install its own seccomp filter
-// (-sandbox on,...) once it has started.
+// Just before the exec, the jailer installs QEMU's allow-list seccomp
+// filter (ProfileQEMU, seccomp_qemu.go), and libvirt's seccomp_sandbox = 1
+// makes QEMU install its own deny list on top (-sandbox on,...) once it
+// has started.
 //
 // qemu-img, which reads the pod author's disk before QEMU ever runs (pkg/vm),
 // runs through the same jailer with a spec of its own: the pod's uid, the
 // image's disk read-only (or the overlay it makes read-write) and nothing
 // else of the host but the system, and, since qemu-img has no -sandbox, the
-// jailer's own seccomp filter (seccomp.go), installed just before the exec.
+// jailer's deny list (ProfileImageTool, seccomp.go).
 // The jailer exits ExitFailed when it cannot jail or exec the program.
 //
 // Without EnvSpec the jailer only runs QEMU for libvirt's capability probe

@@ -123,9 +123,9 @@ func jailAndExec(specPath string, args []string) error {
 		}
 	}
 	argv := append([]string{s.QEMU}, args...)
-	if s.Seccomp {
+	if s.Seccomp != "" {
 		// Last: from here on this thread runs under the filter.
-		if err := installSeccomp(); err != nil {
+		if err := installSeccomp(s.Seccomp); err != nil {
 			return err
 		}
 	}

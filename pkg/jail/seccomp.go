@@ -9,9 +9,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The jailer's own seccomp filter, for programs that install none
-// themselves (qemu-img; QEMU installs its own, -sandbox). Like QEMU's it
-// is a deny list, of the kernel's surface a program that reads and
+// The jailer's seccomp filters, installed just before the exec.
+// ProfileQEMU is QEMU's allow list (seccomp_qemu.go). ProfileImageTool,
+// for qemu-img, which installs no filter of its own, is, like QEMU's
+// -sandbox, a deny list, of the kernel's surface a program that reads and
 // writes image files never needs: new processes and namespaces, mounts,
 // changes of credentials, tracing and other processes' memory, keys, BPF,
 // perf, userfaultfd, io_uring, modules and kexec, sockets (no network),
@@ -89,11 +90,9 @@ const (
 		unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET
 )
 
-// seccompFilter is the filter's program for this architecture.
-func seccompFilter() ([]unix.SockFilter, error) {
-	if auditArch == 0 {
-		return nil, fmt.Errorf("no seccomp filter for %s", runtime.GOARCH)
-	}
+// filterPrologue loads the syscall number of a call of this
+// architecture's native ABI; a call of any other fails with ENOSYS.
+func filterPrologue() []unix.SockFilter {
 	p := []unix.SockFilter{
 		bpfStmt(ldAbs, offArch),
 		bpfJump(jeq, auditArch, 1, 0),
@@ -103,29 +102,55 @@ func seccompFilter() ([]unix.SockFilter, error) {
 	if foreignNrBit != 0 {
 		p = append(p, bpfJump(jge, foreignNrBit, 0, 1), bpfStmt(ret, retNoSy))
 	}
-	deny := func(nrs []uintptr, action uint32) {
-		for _, nr := range nrs {
-			p = append(p, bpfJump(jeq, uint32(nr), 0, 1), bpfStmt(ret, action))
-		}
-	}
-	deny(slices.Concat(deniedSyscalls, archDeniedSyscalls), retPerm)
-	deny(unimplementedSyscalls, retNoSy)
-	// clone makes threads only, in the process's own namespaces.
-	p = append(p,
-		bpfJump(jeq, uint32(unix.SYS_CLONE), 0, 4),
-		bpfStmt(ldAbs, offArgLo),
-		bpfJump(jset, cloneNamespaces, 1, 0),
-		bpfJump(jset, unix.CLONE_THREAD, 1, 0),
-		bpfStmt(ret, retPerm),
-		bpfStmt(ret, retOK),
-	)
-	return p, nil
+	return p
 }
 
-// installSeccomp installs the filter on the calling thread, which must
-// have no_new_privs set and be the one that execs.
-func installSeccomp() error {
-	p, err := seccompFilter()
+// denyAll returns action for each of nrs. The syscall number stays
+// loaded.
+func denyAll(nrs []uintptr, action uint32) []unix.SockFilter {
+	var p []unix.SockFilter
+	for _, nr := range nrs {
+		p = append(p, bpfJump(jeq, uint32(nr), 0, 1), bpfStmt(ret, action))
+	}
+	return p
+}
+
+// cloneThreadsOnly lets clone make threads only, in the process's own
+// namespaces, and refuses every other clone with EPERM. It falls
+// through, the syscall number still loaded, for other calls.
+func cloneThreadsOnly() []unix.SockFilter {
+	return []unix.SockFilter{
+		bpfJump(jeq, uint32(unix.SYS_CLONE), 0, 5),
+		bpfStmt(ldAbs, offArgLo),
+		bpfJump(jset, cloneNamespaces, 2, 0),
+		bpfJump(jset, unix.CLONE_THREAD, 0, 1),
+		bpfStmt(ret, retOK),
+		bpfStmt(ret, retPerm),
+	}
+}
+
+// filter is profile's program for this architecture.
+func filter(profile Profile) ([]unix.SockFilter, error) {
+	if auditArch == 0 {
+		return nil, fmt.Errorf("no seccomp filter for %s", runtime.GOARCH)
+	}
+	switch profile {
+	case ProfileImageTool:
+		p := filterPrologue()
+		p = append(p, denyAll(slices.Concat(deniedSyscalls, archDeniedSyscalls), retPerm)...)
+		p = append(p, denyAll(unimplementedSyscalls, retNoSy)...)
+		p = append(p, cloneThreadsOnly()...)
+		return append(p, bpfStmt(ret, retOK)), nil
+	case ProfileQEMU:
+		return qemuFilter(), nil
+	}
+	return nil, fmt.Errorf("no seccomp profile %q", profile)
+}
+
+// installSeccomp installs profile's filter on the calling thread, which
+// must have no_new_privs set and be the one that execs.
+func installSeccomp(profile Profile) error {
+	p, err := filter(profile)
 	if err != nil {
 		return err
 	}

@@ -52,6 +52,16 @@ func seccompProbe() int {
 		unix.Close(fd)
 	}
 	say("socket", err)
+	fd, err = unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+	if err == nil {
+		unix.Close(fd)
+	}
+	say("unix socket", err)
+	say("process_vm_writev", rawErr(unix.Syscall6(unix.SYS_PROCESS_VM_WRITEV, uintptr(os.Getppid()), 0, 0, 0, 0, 0)))
+	say("userfaultfd", rawErr(unix.Syscall(unix.SYS_USERFAULTFD, 0, 0, 0)))
+	say("keyctl", rawErr(unix.Syscall(unix.SYS_KEYCTL, 0, 0, 0)))
+	say("symlink", unix.Symlinkat("/etc/passwd", unix.AT_FDCWD, "/proc/self/fd/0"))
+	say("getxattr", rawErr(unix.Syscall6(unix.SYS_GETXATTR, 0, 0, 0, 0, 0, 0)))
 	say("unshare", unix.Unshare(unix.CLONE_NEWUSER))
 	say("mount", unix.Mount("none", "/", "tmpfs", 0, ""))
 	say("ptrace", unix.PtraceAttach(os.Getppid()))
@@ -72,19 +82,23 @@ func rawErr(_, _ uintptr, e unix.Errno) error {
 	return e
 }
 
-// TestJailSeccomp: a jail with Seccomp (qemu-img's) runs its program under
-// the jailer's filter: threads work, new processes, sockets, namespaces,
-// mounts, tracing, BPF, io_uring and the x32 ABI do not. Without Seccomp
-// (QEMU's jail, where QEMU installs its own) the same program forks and
-// opens a socket.
+// TestJailSeccomp: a jail with a seccomp profile runs its program under
+// the jailer's filter: threads work; new processes, namespaces, mounts,
+// tracing, other processes' memory, BPF, keys, io_uring and the x32 ABI
+// do not. qemu-img's deny list refuses every socket. QEMU's allow list
+// lets AF_UNIX sockets through, refuses others, and fails what it does
+// not name (a link, an xattr) with ENOSYS. Without a profile the same
+// program forks and opens a socket. The probe is a Go program: its
+// runtime (threads, signals, the netpoller) runs under the allow list
+// too, as QEMU's glibc and glib do.
 func TestJailSeccomp(t *testing.T) {
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(t *testing.T, filter bool) map[string]string {
+	run := func(t *testing.T, profile jail.Profile) map[string]string {
 		j := newTestJail(t)
-		j.spec.QEMU, j.spec.Seccomp = exe, filter
+		j.spec.QEMU, j.spec.Seccomp = exe, profile
 		link, spec := jailer(t, j.spec)
 		cmd := exec.Command(link, seccompProbeArg)
 		cmd.Env = []string{jail.EnvSpec + "=" + spec, "PATH=/usr/bin:/bin"}
@@ -95,34 +109,51 @@ func TestJailSeccomp(t *testing.T) {
 		t.Logf("probe:\n%s", out)
 		return statusFields(string(out))
 	}
-	t.Run("filter", func(t *testing.T) {
-		got := run(t, true)
-		want := map[string]string{
-			"Seccomp": "2", "thread": "ok",
-			"fork": "EPERM", "socket": "EPERM", "unshare": "EPERM", "mount": "EPERM",
-			"ptrace": "EPERM", "setuid": "EPERM", "bpf": "EPERM",
-			"clone3": "ENOSYS", "io_uring_setup": "ENOSYS",
-		}
-		if runtime.GOARCH == "amd64" {
-			want["x32 getpid"] = "ENOSYS"
-		}
+	check := func(t *testing.T, got, want map[string]string) {
+		t.Helper()
 		for k, v := range want {
 			if got[k] != v {
 				t.Errorf("%s: %q, want %q", k, got[k], v)
 			}
 		}
-	})
-	t.Run("no filter", func(t *testing.T) {
-		got := run(t, false)
-		for k, v := range map[string]string{"Seccomp": "0", "thread": "ok", "fork": "ok", "socket": "ok"} {
-			if got[k] != v {
-				t.Errorf("%s: %q, want %q", k, got[k], v)
-			}
+	}
+	refused := func() map[string]string {
+		want := map[string]string{
+			"Seccomp": "2", "thread": "ok",
+			"fork": "EPERM", "socket": "EPERM", "unshare": "EPERM", "mount": "EPERM",
+			"ptrace": "EPERM", "setuid": "EPERM", "bpf": "EPERM", "process_vm_writev": "EPERM",
+			"userfaultfd": "EPERM", "keyctl": "EPERM",
+			"clone3": "ENOSYS", "io_uring_setup": "ENOSYS",
 		}
-		for _, k := range []string{"clone3", "io_uring_setup"} {
+		if runtime.GOARCH == "amd64" {
+			want["x32 getpid"] = "ENOSYS"
+		}
+		return want
+	}
+	t.Run("qemu-img", func(t *testing.T) {
+		want := refused()
+		want["unix socket"] = "EPERM"
+		check(t, run(t, jail.ProfileImageTool), want)
+	})
+	t.Run("qemu", func(t *testing.T) {
+		want := refused()
+		want["unix socket"], want["symlink"], want["getxattr"] = "ok", "ENOSYS", "ENOSYS"
+		check(t, run(t, jail.ProfileQEMU), want)
+	})
+	t.Run("none", func(t *testing.T) {
+		got := run(t, "")
+		check(t, got, map[string]string{"Seccomp": "0", "thread": "ok", "fork": "ok", "socket": "ok", "unix socket": "ok"})
+		for _, k := range []string{"clone3", "io_uring_setup", "userfaultfd", "symlink", "getxattr"} {
 			if strings.Contains(got[k], "ENOSYS") {
 				t.Errorf("%s: ENOSYS without the filter: the kernel lacks it, so the test proves nothing of it", k)
 			}
+		}
+	})
+	t.Run("unknown profile", func(t *testing.T) {
+		s := newTestJail(t).spec
+		s.Seccomp = "docker-default"
+		if err := s.Validate(); err == nil || !strings.Contains(err.Error(), `"qemu"`) {
+			t.Errorf("Validate of profile %q: %v, want an error naming the profiles", s.Seccomp, err)
 		}
 	})
 }

@@ -18,6 +18,16 @@ const EmulatorName = "vmpod-qemu"
 // <qemu:env>).
 const EnvSpec = "VMPOD_JAIL"
 
+// Profile names one of the jailer's seccomp filters.
+type Profile string
+
+const (
+	// ProfileQEMU is QEMU's allow list (seccomp_qemu.go).
+	ProfileQEMU Profile = "qemu"
+	// ProfileImageTool is qemu-img's deny list (seccomp.go).
+	ProfileImageTool Profile = "qemu-img"
+)
+
 // Spec is one VM's jail, or the jail of one run of qemu-img on its image.
 type Spec struct {
 	// QEMU is the program the jailer execs: the emulator, or qemu-img.
@@ -67,11 +77,10 @@ type Spec struct {
 	// "": QEMU stays in the jailer's namespace (qemu-img's runs, a VM
 	// without a pod network namespace).
 	Netns string `json:"netns,omitempty"`
-	// Seccomp makes the jailer install its own seccomp filter (seccomp.go)
-	// just before the exec: for qemu-img, which has no -sandbox. QEMU
-	// installs its own filter (libvirt's seccomp_sandbox) and has none of
-	// the jailer's.
-	Seccomp bool `json:"seccomp,omitempty"`
+	// Seccomp is the seccomp filter the jailer installs just before the
+	// exec (seccomp.go): ProfileQEMU for QEMU, ProfileImageTool for
+	// qemu-img; "" for none.
+	Seccomp Profile `json:"seccompProfile,omitempty"`
 }
 
 // Cgroup is a container's cgroup and its limits. The jailer enters it
@@ -100,6 +109,8 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("jail: root %q: not an absolute path below /", s.Root)
 	case s.Cgroup != nil && s.Cgroup.Path == "":
 		return fmt.Errorf("jail: a cgroup without a path")
+	case s.Seccomp != "" && s.Seccomp != ProfileQEMU && s.Seccomp != ProfileImageTool:
+		return fmt.Errorf("jail: seccomp profile %q: want %q, %q or none", s.Seccomp, ProfileQEMU, ProfileImageTool)
 	case s.OOMScoreAdj != nil && (*s.OOMScoreAdj < -1000 || *s.OOMScoreAdj > 1000):
 		return fmt.Errorf("jail: oom_score_adj %d: not in [-1000, 1000]", *s.OOMScoreAdj)
 	}

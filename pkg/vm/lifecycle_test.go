@@ -157,6 +157,15 @@ func TestVMLifecycle(t *testing.T) {
 			t.Errorf("libvirt sent %d qom-get at the start (%v): it read the guest's CPU back property by property", sent["qom-get"], sent)
 		}
 	}
+	// QEMU runs under two seccomp filters: the jailer's allow list, in
+	// place from its first instruction, and its own -sandbox.
+	if status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err != nil {
+		t.Error(err)
+	} else if f := procStatusField(string(status), "Seccomp_filters"); f != "" && f != "2" {
+		t.Errorf("QEMU %d runs under %s seccomp filters, want 2 (the jailer's allow list and its own)", pid, f)
+	} else if f == "" && procStatusField(string(status), "Seccomp") != "2" {
+		t.Errorf("QEMU %d runs under no seccomp filter", pid)
+	}
 	if got := rec.last(); got.Cgroup != req.Cgroup.Raw {
 		t.Errorf("record after Start = %+v, want the cgroup %s", got, req.Cgroup.Raw)
 	}
@@ -283,4 +292,15 @@ func TestCreateUndoesOnFailure(t *testing.T) {
 			t.Errorf("records %+v, want nothing held", rec.list)
 		}
 	})
+}
+
+// procStatusField is the value of key in a /proc/PID/status, or "" (a
+// kernel before 5.9 has no Seccomp_filters).
+func procStatusField(status, key string) string {
+	for _, line := range strings.Split(status, "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && k == key {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
 }

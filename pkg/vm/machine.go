@@ -177,6 +177,7 @@ func jailSpec(cfg Config, domainType string) jail.Spec {
 		OOMScoreAdj:   cfg.OOMScoreAdj,
 		Cgroup:        cfg.Cgroup,
 		Netns:         cfg.Netns,
+		Seccomp:       jail.ProfileQEMU,
 	}
 	for _, f := range []string{cfg.Image.Disk, cfg.Image.Kernel, cfg.Image.Initrd} {
 		if f != "" {

@@ -61,7 +61,7 @@ func (q qemuImgJail) run(ctx context.Context, readOnly, writable []string, args 
 		Writable:      writable,
 		ReadOnly:      readOnly,
 		FileSizeLimit: q.Jail.DiskCap,
-		Seccomp:       true,
+		Seccomp:       jail.ProfileImageTool,
 	}
 	if err := os.Mkdir(s.Root, 0o700); err != nil {
 		return internal(err)
