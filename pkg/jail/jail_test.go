@@ -87,6 +87,7 @@ func newTestJail(t testing.TB) testJail {
 	for path, content := range map[string]string{
 		j.image:                          "image content\n",
 		filepath.Join(j.vmDir, "nvram"):  "root's file in the VM dir\n",
+		filepath.Join(j.vmDir, "disk"):   "QEMU's file in the VM dir\n",
 		j.hostFile:                       "host secret\n",
 		filepath.Join(dir, "pod", "key"): "not in the jail\n",
 	} {
@@ -102,6 +103,7 @@ func newTestJail(t testing.TB) testJail {
 		QEMU: "/usr/bin/sh", UID: testUID, GID: testUID,
 		Root:          filepath.Join(dir, "pod", "jail"),
 		Writable:      []string{j.vmDir},
+		Owned:         []string{filepath.Join(j.vmDir, "disk"), filepath.Join(j.vmDir, "absent")},
 		ReadOnly:      []string{j.image},
 		Devices:       []string{"/dev/null"}, // already there, world-usable
 		DeviceDir:     filepath.Join(dir, "pod", "dev"),
@@ -159,7 +161,11 @@ func TestJailFiles(t *testing.T) {
 	j := newTestJail(t)
 	script := strings.Join([]string{
 		"echo vm: $(cat " + j.vmDir + "/nvram)",
-		"echo written > " + j.vmDir + "/console.log && echo write-vm: ok",
+		"echo written >> " + j.vmDir + "/disk && echo write-owned: ok",
+		"(echo x > " + j.vmDir + "/console.log) 2>/dev/null || echo create-vm: refused",
+		"(echo x >> " + j.vmDir + "/nvram) 2>/dev/null || echo write-unowned: refused",
+		"mv " + j.vmDir + "/disk " + j.vmDir + "/moved 2>/dev/null || echo rename-vm: refused",
+		"rm -f " + j.vmDir + "/nvram 2>/dev/null; test -e " + j.vmDir + "/nvram && echo remove-vm: refused",
 		"echo image: $(cat " + j.image + ")",
 		"(echo x > " + j.image + ") 2>/dev/null || echo write-image: refused",
 		"cat " + j.hostFile + " 2>/dev/null || echo host-file: hidden",
@@ -170,14 +176,15 @@ func TestJailFiles(t *testing.T) {
 		"echo proc-owners: $(stat -c %u /proc/[0-9]* | sort -u)",
 		"(echo x > /newfile) 2>/dev/null || echo write-root: refused",
 		// 2 MiB into a 1 MiB cap: EFBIG, not SIGXFSZ.
-		"head -c 2097152 /dev/zero > " + j.vmDir + "/big 2>/dev/null; echo big: $(stat -c %s " + j.vmDir + "/big)",
+		"head -c 2097152 /dev/zero > " + j.vmDir + "/disk 2>/dev/null; echo big: $(stat -c %s " + j.vmDir + "/disk)",
 	}, "\n")
 	out, err := jailed(t, j.spec, script)
 	if err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
 	for _, line := range []string{
-		"vm: root's file in the VM dir", "write-vm: ok", "image: image content", "write-image: refused",
+		"vm: root's file in the VM dir", "write-owned: ok", "create-vm: refused", "write-unowned: refused",
+		"rename-vm: refused", "remove-vm: refused", "image: image content", "write-image: refused",
 		"host-file: hidden", "pod-key: hidden", "etc-passwd: hidden", "var: hidden",
 		"dev: full null random urandom zero", "proc-owners: " + strconv.Itoa(testUID), "write-root: refused", "big: 1048576",
 	} {
@@ -185,11 +192,13 @@ func TestJailFiles(t *testing.T) {
 			t.Errorf("no %q in the jail's output:\n%s", line, out)
 		}
 	}
-	// The VM's dir now belongs to the jail's uid; the host sees no mount
-	// of the jail once it is gone.
-	var st = mustStat(t, filepath.Join(j.vmDir, "nvram"))
-	if st.uid != testUID {
-		t.Errorf("nvram owned by %d, want %d", st.uid, testUID)
+	// The owned file belongs to the jail's uid, the VM's dir and its
+	// other files stay root's; the host sees no mount of the jail once
+	// it is gone.
+	for p, uid := range map[string]uint32{filepath.Join(j.vmDir, "disk"): testUID, filepath.Join(j.vmDir, "nvram"): 0, j.vmDir: 0} {
+		if st := mustStat(t, p); st.uid != uid {
+			t.Errorf("%s owned by %d, want %d", p, st.uid, uid)
+		}
 	}
 	mounts, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
@@ -335,6 +344,9 @@ func TestSpecValidate(t *testing.T) {
 		"host root":      func(s *jail.Spec) { s.Writable = []string{"/"} },
 		"oom_score_adj":  func(s *jail.Spec) { s.OOMScoreAdj = ptr(1001) },
 		"relative netns": func(s *jail.Spec) { s.Netns = "run/netns/x" },
+		"owned outside":  func(s *jail.Spec) { s.Owned = []string{"/var/lib/vmpod/pods/y/vm/disk.qcow2"} },
+		"owned the dir":  func(s *jail.Spec) { s.Owned = []string{"/var/lib/vmpod/pods/x/vm"} },
+		"owned unclean":  func(s *jail.Spec) { s.Owned = []string{"/var/lib/vmpod/pods/x/vm/../../y"} },
 	} {
 		s := good
 		mutate(&s)

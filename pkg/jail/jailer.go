@@ -87,14 +87,19 @@ func jailAndExec(specPath string, args []string) error {
 			return err
 		}
 	}
-	owned := slices.Clone(s.Writable)
 	readOnly := slices.Clone(s.ReadOnly)
+	owned := slices.Clone(s.Owned)
 	if key := secretFile(args, s.SecretDir); key != "" {
 		owned = append(owned, key)
 		readOnly = append(readOnly, key)
 	}
+	for _, p := range s.Writable {
+		if err := prepareWritable(p, int(s.UID), int(s.GID)); err != nil {
+			return err
+		}
+	}
 	for _, p := range owned {
-		if err := chownTree(p, int(s.UID), int(s.GID)); err != nil {
+		if err := giveOwned(p, int(s.UID), int(s.GID)); err != nil {
 			return err
 		}
 	}
@@ -186,18 +191,78 @@ func secretFile(args []string, dir string) string {
 	return ""
 }
 
-// chownTree gives root and everything below it to uid:gid, following no
-// link.
-func chownTree(root string, uid, gid int) error {
-	return filepath.WalkDir(root, func(p string, _ fs.DirEntry, err error) error {
+// prepareWritable readies a Writable path: a file is given to uid:gid;
+// a dir and the dirs below it are made root's and 0755, and the regular
+// files below it read-only (0444), until giveOwned gives QEMU its own.
+// No link is followed.
+func prepareWritable(root string, uid, gid int) error {
+	fi, err := os.Lstat(root)
+	if err != nil {
+		return err
+	}
+	switch {
+	case fi.Mode().IsRegular():
+		return lchown(root, uid, gid)
+	case !fi.IsDir():
+		return fmt.Errorf("writable %s: not a dir or a regular file (%s)", root, fi.Mode().Type())
+	}
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if err := os.Lchown(p, uid, gid); err != nil {
-			return fmt.Errorf("give %s to QEMU's uid: %w", p, err)
+		switch {
+		case d.IsDir(): // WalkDir does not follow links: a real dir
+			if err := lchown(p, 0, 0); err != nil {
+				return err
+			}
+			return os.Chmod(p, 0o755)
+		case d.Type().IsRegular():
+			if err := lchown(p, 0, 0); err != nil {
+				return err
+			}
+			return os.Chmod(p, 0o444)
 		}
 		return nil
 	})
+}
+
+// giveOwned gives an Owned path to uid:gid: a regular file, or the device
+// nodes of a dir (not the dir, nor anything else in it). A path that does
+// not exist is skipped; a link is refused.
+func giveOwned(p string, uid, gid int) error {
+	fi, err := os.Lstat(p)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	case fi.Mode().IsRegular():
+		if err := lchown(p, uid, gid); err != nil {
+			return err
+		}
+		return os.Chmod(p, 0o600)
+	case !fi.IsDir():
+		return fmt.Errorf("owned %s: not a dir or a regular file (%s)", p, fi.Mode().Type())
+	}
+	entries, err := os.ReadDir(p)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.Type()&(fs.ModeDevice|fs.ModeCharDevice) != 0 {
+			if err := lchown(filepath.Join(p, e.Name()), uid, gid); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func lchown(p string, uid, gid int) error {
+	if err := os.Lchown(p, uid, gid); err != nil {
+		return fmt.Errorf("give %s to uid %d: %w", p, uid, err)
+	}
+	return nil
 }
 
 const (

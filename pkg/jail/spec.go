@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -38,10 +39,21 @@ type Spec struct {
 	// Root is an empty dir the jail's root is built on (a tmpfs mounted in
 	// the jail's own mount namespace; the host sees the empty dir).
 	Root string `json:"root"`
-	// Writable are dirs (or files) QEMU owns: chowned to UID:GID with all
-	// they hold and shown read-write at their own paths. QEMU's jail has
-	// the VM's dir; qemu-img's has the overlay it makes, or nothing.
+	// Writable are dirs (or files) shown read-write at their own paths.
+	// A file is given to UID:GID. A dir, and every dir below it, stays
+	// root's (made 0755, for QEMU to pass through), and its other files
+	// are made read-only (0444): QEMU creates, renames and removes
+	// nothing there and writes only what Owned names, so the bytes it can
+	// add to the dir are bounded by FileSizeLimit times the files Owned
+	// names. QEMU's jail has the VM's dir; qemu-img's has the overlay it
+	// makes, or nothing.
 	Writable []string `json:"writable,omitempty"`
+	// Owned are what QEMU writes below a Writable dir, given to UID:GID: a
+	// file (the overlay, the UEFI variable store), or a dir whose device
+	// nodes are (the block volumes'; the dir stays root's). One that does
+	// not exist when the jailer runs is skipped (no UEFI store on a BIOS
+	// guest).
+	Owned []string `json:"owned,omitempty"`
 	// ReadOnly are files (or dirs) shown read-only at their own paths: the
 	// image's disk, kernel and initrd.
 	ReadOnly []string `json:"readOnly,omitempty"`
@@ -114,7 +126,12 @@ func (s Spec) Validate() error {
 	case s.OOMScoreAdj != nil && (*s.OOMScoreAdj < -1000 || *s.OOMScoreAdj > 1000):
 		return fmt.Errorf("jail: oom_score_adj %d: not in [-1000, 1000]", *s.OOMScoreAdj)
 	}
-	for _, p := range append(append([]string{s.SecretDir, s.DeviceDir, s.Netns}, s.Writable...), append(s.ReadOnly, s.Devices...)...) {
+	for _, o := range s.Owned {
+		if !slices.ContainsFunc(s.Writable, func(w string) bool { return strings.HasPrefix(o, w+"/") }) {
+			return fmt.Errorf("jail: owned %q is not below a writable dir %v", o, s.Writable)
+		}
+	}
+	for _, p := range slices.Concat([]string{s.SecretDir, s.DeviceDir, s.Netns}, s.Writable, s.Owned, s.ReadOnly, s.Devices) {
 		if p != "" && (!filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/") {
 			return fmt.Errorf("jail: path %q: not a clean absolute path below /", p)
 		}

@@ -172,6 +172,7 @@ func jailSpec(cfg Config, domainType string) jail.Spec {
 		QEMU: cfg.Host.Emulator, UID: cfg.Jail.UID, GID: cfg.Jail.GID,
 		Root:          l.JailRoot(),
 		Writable:      []string{l.VMDir()},
+		Owned:         []string{l.Overlay(), l.NVRAM(), l.Devices()},
 		SecretDir:     filepath.Join(cfg.Jail.LibvirtRoot, "lib", "qemu"),
 		FileSizeLimit: cfg.Jail.DiskCap,
 		OOMScoreAdj:   cfg.OOMScoreAdj,
