@@ -79,16 +79,73 @@ func (s *Server) Serve(ctx context.Context, path string) error {
 		return err
 	}
 	node.RegisterVMsService(srv, s)
+	conns := &connTracker{Listener: l, open: map[net.Conn]struct{}{}}
+	closed := make(chan struct{})
 	go func() {
+		defer close(closed)
 		<-ctx.Done()
 		srv.Close()
+		// ttrpc's Close only asks each connection to end; a request
+		// already read would still be answered. Like a daemon that
+		// exits, Serve returns with none left.
+		conns.closeAll()
 	}()
 	log.G(ctx).Infof("node API listening on %s", path)
-	err = srv.Serve(ctx, l)
+	err = srv.Serve(ctx, conns)
+	if ctx.Err() != nil {
+		<-closed
+	}
 	if errors.Is(err, ttrpc.ErrServerClosed) {
 		err = nil
 	}
 	return err
+}
+
+// connTracker is a listener that keeps the connections it accepted, to
+// close them all when the server stops.
+type connTracker struct {
+	net.Listener
+	mu     sync.Mutex
+	open   map[net.Conn]struct{}
+	closed bool
+}
+
+func (t *connTracker) Accept() (net.Conn, error) {
+	c, err := t.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		c.Close()
+		return nil, net.ErrClosed
+	}
+	tc := &trackedConn{Conn: c, t: t}
+	t.open[tc] = struct{}{}
+	return tc, nil
+}
+
+func (t *connTracker) closeAll() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.closed = true
+	for c := range t.open {
+		c.(*trackedConn).Conn.Close()
+		delete(t.open, c)
+	}
+}
+
+type trackedConn struct {
+	net.Conn
+	t *connTracker
+}
+
+func (c *trackedConn) Close() error {
+	c.t.mu.Lock()
+	delete(c.t.open, c)
+	c.t.mu.Unlock()
+	return c.Conn.Close()
 }
 
 // errorInterceptor is where errors become ttrpc status codes: the class

@@ -11,6 +11,10 @@ type Info struct {
 	// PID is the QEMU process, 0 when none runs (or the hypervisor has no
 	// processes, like libvirt's test driver).
 	PID int
+	// Log is the file QEMU's stderr goes to while it runs, "" when the
+	// hypervisor keeps none. QEMU holds it open for appending, so it may
+	// be cut short under it.
+	Log string
 }
 
 // Stats is resource usage of a running domain. Counters are cumulative

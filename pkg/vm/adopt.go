@@ -152,7 +152,7 @@ func (rt *Runtime) adopt(ctx context.Context, name string, l Layout, console boo
 		m.stoppedUnwatched(info.Reason)
 		return m, nil
 	}
-	m.watchQEMU(info.PID)
+	m.watchQEMU(ctx, info)
 	if m.consoleSocket != "" {
 		c, err := attachConsole(m.consoleSocket, l.ConsoleLog(), logBytes, out, true)
 		if err != nil {

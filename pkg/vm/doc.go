@@ -31,7 +31,7 @@
 // the VM (hack/overhead).
 //
 // It may import vmspec, convert, host, virt, jail, podnet, podcgroup,
-// containerd's mount and errdefs packages, the OCI runtime spec and the
+// containerd's mount, errdefs and log packages, the OCI runtime spec and the
 // standard library; never libvirt's binding (the front door's Opener
 // brings the connection). The shim and the CRI server import it, never
 // the other way round.

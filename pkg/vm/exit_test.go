@@ -1,6 +1,7 @@
 package vm
 
 import (
+	"context"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -105,7 +106,7 @@ func TestQEMUProcStatus(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = unix.Kill(pid, unix.SIGKILL) })
-			p := openQEMU(pid)
+			p := openQEMU(context.Background(), nil, virt.Info{PID: pid})
 			if p == nil {
 				t.Fatalf("no pidfd on %d", pid)
 			}

@@ -274,11 +274,12 @@ func (m *Machine) Start(ctx context.Context, prepare Prepare) (retErr error) {
 			retErr = errors.Join(retErr, m.hv.Destroy(context.WithoutCancel(ctx), m.name))
 		}
 	}()
-	pid, err := m.PID(ctx)
+	info, err := m.hv.Info(ctx, m.name)
 	if err != nil {
 		return err
 	}
-	m.watchQEMU(pid)
+	pid := info.PID
+	m.watchQEMU(ctx, info)
 	if m.limit > 0 {
 		if err := m.hv.SetMemoryHardLimit(ctx, m.name, m.limit); err != nil {
 			return err
@@ -308,10 +309,10 @@ func (m *Machine) Start(ctx context.Context, prepare Prepare) (retErr error) {
 	return nil
 }
 
-// watchQEMU takes a pidfd on QEMU (pid, which the hypervisor just
-// reported), for its wait status should it die.
-func (m *Machine) watchQEMU(pid int) {
-	p := openQEMU(pid)
+// watchQEMU takes a pidfd on QEMU (the hypervisor just reported it), for
+// its wait status should it die, and caps its log until it goes.
+func (m *Machine) watchQEMU(ctx context.Context, info virt.Info) {
+	p := openQEMU(ctx, &m.rt.logs, info)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.stopping || m.qemu != nil {

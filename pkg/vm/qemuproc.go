@@ -1,6 +1,7 @@
 package vm
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strconv"
@@ -8,7 +9,10 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/containerd/log"
 	"golang.org/x/sys/unix"
+
+	"github.com/vmpod/vmpod/pkg/virt"
 )
 
 // qemuProc is a pidfd on a VM's QEMU, taken while the hypervisor vouched
@@ -20,25 +24,40 @@ import (
 // still a zombie, from /proc/<pid>/stat (any kernel, but init reaps at
 // once on most nodes).
 type qemuProc struct {
-	pid int
-	fd  int
+	pid  int
+	fd   int
+	logs *logCapper // caps its stderr log, at log, until close
+	log  string
 }
 
-// openQEMU takes a pidfd on pid; nil if that fails (QEMU gone already).
-func openQEMU(pid int) *qemuProc {
-	if pid <= 0 {
+// openQEMU takes a pidfd on the QEMU info names and has logs cap its log
+// (MaxQEMULogBytes); nil if the pidfd cannot be had (QEMU gone already).
+// A log that cannot be watched is logged and left uncapped.
+func openQEMU(ctx context.Context, logs *logCapper, info virt.Info) *qemuProc {
+	if info.PID <= 0 {
 		return nil
 	}
-	fd, err := unix.PidfdOpen(pid, 0)
+	fd, err := unix.PidfdOpen(info.PID, 0)
 	if err != nil {
 		return nil
 	}
-	return &qemuProc{pid: pid, fd: fd}
+	p := &qemuProc{pid: info.PID, fd: fd}
+	if logs != nil && info.Log != "" {
+		if err := logs.watch(info.Log, MaxQEMULogBytes); err != nil {
+			log.G(ctx).WithError(err).Warnf("QEMU %d: its log stays uncapped", info.PID)
+		} else {
+			p.logs, p.log = logs, info.Log
+		}
+	}
+	return p
 }
 
 func (p *qemuProc) close() {
 	if p != nil {
 		unix.Close(p.fd)
+		if p.logs != nil {
+			p.logs.unwatch(p.log)
+		}
 	}
 }
 

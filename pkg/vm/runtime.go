@@ -14,6 +14,7 @@ type Runtime struct {
 	mu       sync.Mutex
 	machines map[string]*Machine
 	done     chan struct{}
+	logs     logCapper // of its QEMUs' stderr logs
 }
 
 // NewRuntime takes over hv's events until hv is closed.

@@ -34,6 +34,7 @@ func (c *Conn) Info(ctx context.Context, name string) (virt.Info, error) {
 		if info.PID, err = c.pid(name); err != nil {
 			return virt.Info{}, err
 		}
+		info.Log = filepath.Join(c.root, "log", "qemu", name+".log")
 	}
 	return info, nil
 }
