@@ -54,6 +54,8 @@ func criFlags(args []string) (cri.Config, string, string, int) {
 	streamAddr := fs.String("stream-address", cri.DefaultStreamAddr, "host:port of the exec/attach/port-forward streaming server the kubelet connects to (port 0: chosen at start)")
 	cgroupParent := fs.String("default-cgroup-parent", cri.DefaultCgroupParent, "cgroupfs parent of the pods whose sandbox names no cgroup_parent (each gets <parent>/pod<sandbox id>)")
 	metricsAddr := fs.String("metrics-address", "", "host:port to serve Prometheus metrics of the node's VMs at /metrics (docs/metrics.md); none by default")
+	perPod := fs.Int("max-sessions-per-pod", cri.DefaultMaxSessionsPerPod, "the most execs (streamed or exec -s), attaches, or port-forward connections, each kind counted apart, open at once in one pod")
+	perNode := fs.Int("max-sessions-per-node", cri.DefaultMaxSessionsPerNode, "the most execs, attaches, or port-forward connections, each kind counted apart, open at once on the node")
 	cgroupDriver := fs.String("cgroup-driver", "", "the node's cgroup driver, cgroupfs or systemd, which the kubelet takes from the runtime (default: systemd where systemd is the init system, else cgroupfs)")
 	if err := fs.Parse(args); err != nil {
 		return cri.Config{}, "", "", 2
@@ -90,5 +92,10 @@ func criFlags(args []string) (cri.Config, string, string, int) {
 		return cri.Config{}, "", "", 2
 	}
 	cfg.ImageMaxEntries, cfg.ImageMaxDepth = *imageEntries, *imageDepth
+	if *perPod <= 0 || *perNode <= 0 {
+		fmt.Fprintf(os.Stderr, "cri: --max-sessions-per-pod %d, --max-sessions-per-node %d: want positive numbers\n", *perPod, *perNode)
+		return cri.Config{}, "", "", 2
+	}
+	cfg.MaxSessionsPerPod, cfg.MaxSessionsPerNode = *perPod, *perNode
 	return cfg, *listen, *metricsAddr, 0
 }

@@ -62,3 +62,17 @@ func unitArgs(t *testing.T, unit, sub string) []string {
 	}
 	return argv[2:]
 }
+
+// TestCRIFlagsSessions: --max-sessions-per-pod and --max-sessions-per-node
+// reach the server's config; zero or less is a bad command line.
+func TestCRIFlagsSessions(t *testing.T) {
+	cfg, _, _, code := criFlags([]string{"--max-sessions-per-pod", "3", "--max-sessions-per-node", "7"})
+	if code != 0 || cfg.MaxSessionsPerPod != 3 || cfg.MaxSessionsPerNode != 7 {
+		t.Errorf("per pod %d, per node %d, exit %d; want 3, 7, 0", cfg.MaxSessionsPerPod, cfg.MaxSessionsPerNode, code)
+	}
+	for _, bad := range [][]string{{"--max-sessions-per-pod", "0"}, {"--max-sessions-per-node", "-1"}} {
+		if _, _, _, code := criFlags(bad); code != 2 {
+			t.Errorf("%v: exit %d, want 2", bad, code)
+		}
+	}
+}

@@ -41,6 +41,13 @@ type Config struct {
 	// The kubelet connects to it and proxies the streams, so the node's
 	// loopback is enough.
 	StreamAddr string
+	// MaxSessionsPerPod and MaxSessionsPerNode bound the sessions of
+	// each kind (execs, streamed or ExecSync; attaches; port-forward
+	// connections) open at once in one pod and on the node (defaults
+	// DefaultMaxSessionsPerPod, DefaultMaxSessionsPerNode). One past a
+	// bound fails with ResourceExhausted naming it.
+	MaxSessionsPerPod  int
+	MaxSessionsPerNode int
 	// DefaultCgroupParent is the cgroupfs parent of the pods whose
 	// sandbox names no cgroup_parent (critest, crictl without one): each
 	// such pod gets <DefaultCgroupParent>/pod<sandbox id>.
@@ -124,6 +131,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.DefaultCgroupParent == "" {
 		c.DefaultCgroupParent = DefaultCgroupParent
+	}
+	if c.MaxSessionsPerPod <= 0 {
+		c.MaxSessionsPerPod = DefaultMaxSessionsPerPod
+	}
+	if c.MaxSessionsPerNode <= 0 {
+		c.MaxSessionsPerNode = DefaultMaxSessionsPerNode
 	}
 	if c.CgroupDriver == "" {
 		c.CgroupDriver = detectCgroupDriver()

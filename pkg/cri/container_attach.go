@@ -40,6 +40,11 @@ func (rt streamRuntime) Attach(ctx context.Context, id string, in io.Reader, out
 	if err != nil {
 		return err
 	}
+	release, err := rt.s.sessions.open(sessionAttach, c.sandboxID)
+	if err != nil {
+		return err
+	}
+	defer release()
 	input, err := rt.s.vms.ConsoleInput(c.id)
 	if err != nil {
 		return err

@@ -47,7 +47,9 @@ func (s *Server) Exec(ctx context.Context, r *runtimeapi.ExecRequest) (*runtimea
 // Exec runs the command through the guest agent (execIn): stdin, if
 // any, is read to its end first (at most vm.MaxExecInput), and the output
 // is written once the command exited; a non-zero exit is the stream's
-// exit code.
+// exit code. It counts as an exec session of the pod while it runs, and
+// ctx ends when the client's connection closes (connContext), which
+// kills the command in the guest with everything it started.
 func (rt streamRuntime) Exec(ctx context.Context, id string, cmd []string, in io.Reader, out, errw io.WriteCloser,
 	tty bool, _ <-chan remotecommand.TerminalSize) error {
 	if tty {
@@ -57,6 +59,11 @@ func (rt streamRuntime) Exec(ctx context.Context, id string, cmd []string, in io
 	if err != nil {
 		return err
 	}
+	release, err := rt.s.sessions.open(sessionExec, c.sandboxID)
+	if err != nil {
+		return err
+	}
+	defer release()
 	// stdin before the VM is held: a client that keeps it open must not
 	// hold up the VM's deletion.
 	var stdin []byte

@@ -38,6 +38,11 @@ func (s *Server) ExecSync(ctx context.Context, r *runtimeapi.ExecSyncRequest) (*
 	if len(r.GetCmd()) == 0 {
 		return nil, errorf(errdefs.ErrInvalidArgument, "exec in %s: no command", c.id)
 	}
+	release, err := s.sessions.open(sessionExec, c.sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	res, err := s.execIn(ctx, c, vm.ExecRequest{Args: r.GetCmd()})
 	if err != nil {
 		return nil, err

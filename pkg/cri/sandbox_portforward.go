@@ -52,6 +52,11 @@ func (rt streamRuntime) PortForward(ctx context.Context, sandboxID string, port 
 	if err != nil {
 		return err
 	}
+	release, err := rt.s.sessions.open(sessionPortForward, sb.Get().ID)
+	if err != nil {
+		return err
+	}
+	defer release()
 	d := net.Dialer{Timeout: portForwardDialTimeout}
 	conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort(ip, strconv.Itoa(int(port))))
 	if err != nil {

@@ -44,6 +44,8 @@ type Server struct {
 
 	// vms is the node's VMs: a container's VM is the one of its id.
 	vms *vmd.Service
+	// sessions counts the open execs, attaches and port-forwards.
+	sessions *sessions
 }
 
 var (
@@ -74,7 +76,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, images: images, net: newCNINetwork(cfg), vms: vms,
 		sandboxes: map[string]*sandbox{}, containers: map[string]*container{}, names: map[string]string{},
-		imageHolds: map[string]int{}}
+		imageHolds: map[string]int{}, sessions: newSessions(cfg.MaxSessionsPerPod, cfg.MaxSessionsPerNode)}
 	s.recover(ctx)
 	return s, nil
 }

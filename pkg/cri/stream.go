@@ -36,9 +36,11 @@ func (s *Server) startStreaming(ctx context.Context) (func(), error) {
 		l.Close()
 		return nil, errorf(errdefs.ErrInternal, "streaming server: %v", err)
 	}
-	hs := &http.Server{Handler: st, ReadHeaderTimeout: 30 * time.Second}
+	// A request's context ends when its connection closes (connContext):
+	// a stream whose client went stops its guest work.
+	hs := &http.Server{Handler: st, ReadHeaderTimeout: 30 * time.Second, ConnContext: connContext}
 	go func() {
-		if err := hs.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := hs.Serve(closeNotifyListener{l}); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.G(ctx).WithError(err).Error("streaming server")
 		}
 	}()

@@ -53,11 +53,14 @@ type node struct {
 	bin     string
 	server  *exec.Cmd
 	logPath string
+	// serverArgs are more flags for vm-runtime cri.
+	serverArgs []string
 }
 
 func TestCrictlVMPod(t *testing.T) {
 	n := newNode(t)
 	ref := n.serveImage()
+	n.serverArgs = []string{"--max-sessions-per-pod", strconv.Itoa(sessionsPerPod)}
 	n.start()
 
 	n.must("version")
@@ -113,6 +116,7 @@ func TestCrictlVMPod(t *testing.T) {
 
 	n.checkExecSync(id)
 	n.checkExec(id)
+	n.checkSessions(id)
 	n.checkAttach(id)
 	n.checkPortForward(podID)
 	n.checkStats(id, podID)
@@ -647,6 +651,7 @@ func (n *node) start() {
 		"--listen", "unix://"+n.socket, "--state-root", n.state, "--netns-dir", filepath.Join(n.dir, "netns"),
 		"--cni-conf-dir", filepath.Join(n.dir, "cni", "net.d"), "--cni-bin-dir", "/usr/lib/cni",
 		"--capabilities-cache", filepath.Join(n.dir, "caps"), "--default-cgroup-parent", n.cgroup)
+	n.server.Args = append(n.server.Args, n.serverArgs...)
 	n.server.Stdout, n.server.Stderr = logf, logf
 	if err := n.server.Start(); err != nil {
 		t.Fatal(err)

@@ -146,6 +146,48 @@ func (n *node) checkExec(id string) {
 	}
 }
 
+// sessionsPerPod is TestCrictlVMPod's --max-sessions-per-pod.
+const sessionsPerPod = 6
+
+// checkSessions: a pod's execs are bounded (--max-sessions-per-pod): with
+// sessionsPerPod streamed execs running, one more is refused with a
+// message naming the flag. Clients that go away (crictl killed) end their
+// sessions, and their commands in the guest are killed with them.
+func (n *node) checkSessions(id string) {
+	t := n.t
+	var clients []*exec.Cmd
+	for i := range sessionsPerPod {
+		// Each says on the serial console that it runs: the test waits
+		// for that in the log without an exec of its own.
+		cmd, _ := n.background("exec", id, "sh", "-c", fmt.Sprintf("echo VMPOD-SESSION-%d >/dev/console; exec sleep 600", i))
+		clients = append(clients, cmd)
+		n.waitLogs(id, fmt.Sprintf("VMPOD-SESSION-%d", i), 2*time.Minute)
+	}
+	_, stderr, err := n.crictlIO("", "exec", "-s", id, "true")
+	if err == nil || !strings.Contains(stderr, "--max-sessions-per-pod") {
+		t.Errorf("with %d execs running in the pod, another one: %v, stderr %q; want a refusal naming --max-sessions-per-pod",
+			sessionsPerPod, err, stderr)
+	}
+	for _, c := range clients {
+		c.Process.Kill()
+		c.Wait()
+	}
+	// The server ends each session as its connection closes, and the
+	// guest's sleep with it.
+	countSleeps := `n=0; for c in /proc/[0-9]*/comm; do [ "$(cat $c 2>/dev/null)" = sleep ] && n=$((n+1)); done; echo $n`
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		out, err := n.crictlRun(time.Minute, "exec", "-s", id, "sh", "-c", countSleeps)
+		if err == nil && strings.TrimSpace(out) == "0" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after their clients went: %q sleeps in the guest, %v; want 0 (sessions ended, commands killed)", strings.TrimSpace(out), err)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
 // checkAttach: crictl attach -i (no terminal) shows what the guest writes
 // on its serial console from then on, and what it types goes to the
 // console (the guest's tty echoes it: init holds /dev/console open).
