@@ -56,6 +56,18 @@ func criFlags(args []string) (cri.Config, string, string, int) {
 	metricsAddr := fs.String("metrics-address", "", "host:port to serve Prometheus metrics of the node's VMs at /metrics (docs/metrics.md); none by default")
 	perPod := fs.Int("max-sessions-per-pod", cri.DefaultMaxSessionsPerPod, "the most execs (streamed or exec -s), attaches, or port-forward connections, each kind counted apart, open at once in one pod")
 	perNode := fs.Int("max-sessions-per-node", cri.DefaultMaxSessionsPerNode, "the most execs, attaches, or port-forward connections, each kind counted apart, open at once on the node")
+	mirrors := cri.Mirrors{}
+	fs.Func("registry-mirror", "HOST=URL: fetch the images of registry HOST (as image names give it: registry.k8s.io, docker.io) from the registry at URL (http:// or https://, no path) alone, keeping their names; repeat for more registries", func(v string) error {
+		host, u, err := cri.ParseMirror(v)
+		if err != nil {
+			return err
+		}
+		if _, dup := mirrors[host]; dup {
+			return fmt.Errorf("registry %s has two mirrors", host)
+		}
+		mirrors[host] = u
+		return nil
+	})
 	cgroupDriver := fs.String("cgroup-driver", "", "the node's cgroup driver, cgroupfs or systemd, which the kubelet takes from the runtime (default: systemd where systemd is the init system, else cgroupfs)")
 	if err := fs.Parse(args); err != nil {
 		return cri.Config{}, "", "", 2
@@ -97,5 +109,8 @@ func criFlags(args []string) (cri.Config, string, string, int) {
 		return cri.Config{}, "", "", 2
 	}
 	cfg.MaxSessionsPerPod, cfg.MaxSessionsPerNode = *perPod, *perNode
+	if len(mirrors) > 0 {
+		cfg.RegistryMirrors = mirrors
+	}
 	return cfg, *listen, *metricsAddr, 0
 }

@@ -76,3 +76,31 @@ func TestCRIFlagsSessions(t *testing.T) {
 		}
 	}
 }
+
+// TestCRIFlagsRegistryMirror: --registry-mirror HOST=URL, repeated, maps
+// each registry to its mirror; a bad one, or a second mirror for a
+// registry, is a bad command line.
+func TestCRIFlagsRegistryMirror(t *testing.T) {
+	cfg, _, _, code := criFlags([]string{"--registry-mirror", "registry.k8s.io=http://127.0.0.1:5000",
+		"--registry-mirror", "docker.io=https://mirror.example:8443/"})
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	got := map[string]string{}
+	for h, u := range cfg.RegistryMirrors {
+		got[h] = u.String()
+	}
+	want := map[string]string{"registry.k8s.io": "http://127.0.0.1:5000", "docker.io": "https://mirror.example:8443"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("mirrors (-want +got):\n%s", diff)
+	}
+	for _, bad := range []string{"registry.k8s.io", "=http://x", "registry.k8s.io=ftp://x", "registry.k8s.io=http://x/path",
+		"registry.k8s.io=http://user:pw@x", "a/b=http://x"} {
+		if _, _, _, code := criFlags([]string{"--registry-mirror", bad}); code != 2 {
+			t.Errorf("--registry-mirror %q: exit %d, want 2", bad, code)
+		}
+	}
+	if _, _, _, code := criFlags([]string{"--registry-mirror", "gcr.io=http://a", "--registry-mirror", "gcr.io=http://b"}); code != 2 {
+		t.Errorf("two mirrors for gcr.io: exit %d, want 2", code)
+	}
+}

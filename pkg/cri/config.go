@@ -36,6 +36,9 @@ type Config struct {
 	ImageMaxBytes   uint64
 	ImageMaxEntries uint64
 	ImageMaxDepth   int
+	// RegistryMirrors are registries whose images are fetched from
+	// another (Mirrors); none by default.
+	RegistryMirrors Mirrors
 	// StreamAddr is where the streaming server (exec, attach,
 	// port-forward) listens, host:port; port 0 picks a free one at start.
 	// The kubelet connects to it and proxies the streams, so the node's

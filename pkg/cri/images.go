@@ -42,8 +42,9 @@ type image struct {
 
 // imageStore is the node's images under one dir.
 type imageStore struct {
-	dir    string
-	limits untar.Limits // what one image may unpack into
+	dir     string
+	limits  untar.Limits // what one image may unpack into
+	mirrors Mirrors      // registries fetched from elsewhere
 
 	mu     sync.Mutex
 	images map[string]*image // by ID
@@ -55,8 +56,8 @@ type imageStore struct {
 	busy map[string]chan struct{}
 }
 
-func openImageStore(ctx context.Context, dir string, limits untar.Limits) (*imageStore, error) {
-	s := &imageStore{dir: dir, limits: limits, images: map[string]*image{}, busy: map[string]chan struct{}{}}
+func openImageStore(ctx context.Context, dir string, limits untar.Limits, mirrors Mirrors) (*imageStore, error) {
+	s := &imageStore{dir: dir, limits: limits, mirrors: mirrors, images: map[string]*image{}, busy: map[string]chan struct{}{}}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -149,8 +150,8 @@ func (s *imageStore) List() []image {
 	return out
 }
 
-// Pull fetches ref for this node's platform with auth (nil: anonymous)
-// and returns its id. An image already stored is not unpacked again; the
+// Pull fetches ref for this node's platform with auth (nil: anonymous),
+// from its registry's mirror if it has one, and returns its id. An image already stored is not unpacked again; the
 // tag moves to it from any other image, as a registry's tag does. The
 // unpack stays within s.limits, and holds only its own image's ID while
 // it reads the registry (lockID).
@@ -166,13 +167,20 @@ func (s *imageStore) Pull(ctx context.Context, ref string, auth *authn.AuthConfi
 	if err != nil {
 		return "", errorf(errdefs.ErrInvalidArgument, "image %q: %v", ref, err)
 	}
+	from, err := s.mirrors.fetchRef(r)
+	if err != nil {
+		return "", errorf(errdefs.ErrInvalidArgument, "image %q through its registry's mirror: %v", ref, err)
+	}
 	opts := []remote.Option{remote.WithContext(ctx),
 		remote.WithPlatform(v1.Platform{OS: "linux", Architecture: runtime.GOARCH})}
 	if auth != nil {
 		opts = append(opts, remote.WithAuth(authn.FromConfig(*auth)))
 	}
-	img, err := remote.Image(r, opts...)
+	img, err := remote.Image(from, opts...)
 	if err != nil {
+		if from != r {
+			return "", pullError(ref+" (from its registry's mirror "+from.Context().RegistryStr()+")", err)
+		}
 		return "", pullError(ref, err)
 	}
 	cfg, err := img.ConfigName()

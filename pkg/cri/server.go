@@ -66,7 +66,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
-	images, err := openImageStore(ctx, cfg.imageDir(), cfg.imageLimits())
+	images, err := openImageStore(ctx, cfg.imageDir(), cfg.imageLimits(), cfg.RegistryMirrors)
 	if err != nil {
 		return nil, err
 	}
