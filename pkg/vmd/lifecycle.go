@@ -47,8 +47,11 @@ type CreateRequest struct {
 // Nothing of it runs in the pod's network namespace but pkg/vm's pod
 // network steps, on threads of their own: libvirt never enters a pod's.
 // A VM of that id already on the node is AlreadyExists. On error nothing
-// of it is left, record included.
+// of it is left, record included; a state root that is full or read-only
+// makes the error ResourceExhausted (FailedPrecondition) naming it and
+// its free bytes (vm.StorageError).
 func (s *Service) Create(ctx context.Context, req CreateRequest) (retErr error) {
+	defer func() { retErr = vm.StorageError(retErr, s.cfg.StateRoot) }() // runs last: after the undo
 	if req.ID == "" || req.PodID == "" {
 		return errorf(errdefs.ErrInvalidArgument, "create a VM: id %q and pod %q must both be set", req.ID, req.PodID)
 	}
@@ -153,8 +156,9 @@ func (s *Service) forget(in *instance) {
 // Start boots a created VM and returns QEMU's pid (QEMU runs in the pod's
 // network namespace, which its jailer enters). From then on the VM's stop
 // is waited for: its console drained, the VM deleted, its exit recorded
-// (Wait).
-func (s *Service) Start(ctx context.Context, id string) (int, error) {
+// (Wait). A full or read-only state root is said as Create says it.
+func (s *Service) Start(ctx context.Context, id string) (_ int, retErr error) {
+	defer func() { retErr = vm.StorageError(retErr, s.cfg.StateRoot) }()
 	in, err := s.get(id)
 	if err != nil {
 		return 0, err
