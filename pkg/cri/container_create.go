@@ -25,6 +25,7 @@ import (
 // domain, through the node's VM service (vmd.Service.Create). A pod has
 // one VM: a second container while the first has not exited is refused.
 func (s *Server) CreateContainer(ctx context.Context, r *runtimeapi.CreateContainerRequest) (_ *runtimeapi.CreateContainerResponse, retErr error) {
+	defer func() { retErr = vm.StorageError(retErr, s.cfg.StateRoot) }() // runs last: after the undo
 	sb, err := s.sandbox(r.GetPodSandboxId())
 	if err != nil {
 		return nil, err

@@ -6,6 +6,8 @@ import (
 	"github.com/containerd/log"
 	"github.com/google/go-containerregistry/pkg/authn"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/vmpod/vmpod/pkg/vm"
 )
 
 // PullImage pulls the image with the request's registry credentials and
@@ -19,7 +21,7 @@ func (s *Server) PullImage(ctx context.Context, r *runtimeapi.PullImageRequest) 
 	ref := r.GetImage().GetImage()
 	id, err := s.images.Pull(ctx, ref, auth)
 	if err != nil {
-		return nil, err
+		return nil, vm.StorageError(err, s.cfg.StateRoot)
 	}
 	log.G(ctx).Infof("pulled %s: %s", ref, id)
 	return &runtimeapi.PullImageResponse{ImageRef: id}, nil

@@ -12,12 +12,15 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/vmpod/vmpod/pkg/vm"
 )
 
 // RunPodSandbox makes the pod: its dir, its network namespace and its
 // place on the pod network (CNI). Each acquisition is checkpointed before
 // it is made and undone if a later one fails.
 func (s *Server) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandboxRequest) (_ *runtimeapi.RunPodSandboxResponse, retErr error) {
+	defer func() { retErr = vm.StorageError(retErr, s.cfg.StateRoot) }() // runs last: after the undo
 	cfg := r.GetConfig()
 	md := cfg.GetMetadata()
 	if md.GetName() == "" || md.GetNamespace() == "" || md.GetUid() == "" {
