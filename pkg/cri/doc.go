@@ -150,22 +150,23 @@
 //     cgroupfs path, beside systemd's tree.
 //   - critest (cri-tools v1.37.0, hack/critest/install.sh from make
 //     deps) runs in make test: test/cri's TestCritest, against this
-//     server in the test's node netns, every image it pulls served from a
-//     registry there as the test guest. Of its 142 specs 40 pass, none
-//     fails, 97 are skipped, each with its reason in one table
-//     (critestSkips in test/cri/critest_test.go; docs/install.md lists
-//     them): 84 cannot apply to a VM runtime, 13 cannot run against a
-//     local registry; 5 skip themselves (benchmarks). It adds about 3
-//     min. Skipped: what a Linux process on the host is (Security
-//     Context, AppArmor, sysctls, OOM kill: 46; cAdvisor's container
-//     series of the metrics RPCs: 2), host mounts
+//     server in the test's node netns. critest pulls its images by their
+//     upstream names; the server fetches them from a registry the test
+//     serves there (--registry-mirror for registry.k8s.io, gcr.io and
+//     k8s.gcr.io), each name served as the test guest. Of its 142 specs
+//     53 pass, none fails, 84 are skipped, each with its reason and its
+//     count in one table (critestSkips in test/cri/critest_test.go, which
+//     fails when a pattern skips another number of specs, none above all;
+//     docs/install.md lists them); 5 skip themselves (benchmarks). It adds
+//     about 3 min. Skipped: what a Linux process on the host is (Security
+//     Context, AppArmor, sysctls, OOM kill: 44; HostIpc is false, which
+//     lists shared memory with ipcs, absent from the test guest: 1;
+//     cAdvisor's container series of the metrics RPCs: 2), host mounts
 //     (volumes, propagation, read-only mounts, image volumes: 15), the
-//     container's command (its output as the log, attach to its shell,
-//     a TTY exec: 3), several containers in a
-//     pod (4), NRI (13), host network (1), DNS options by DHCP (1), and
-//     the image specs that critest's --registry-prefix breaks (it drops
-//     the tag, then asks with the upstream name: 13). Its containers set
-//     no memory limit, which a VM needs (its RAM): the test's proxy in
+//     container's command (its output as the log, attach to its shell, a
+//     TTY exec: 3), several containers in a pod (4), NRI (13), host
+//     network (1), and upstream's image by its digest (1). Its containers
+//     set no memory limit, which a VM needs (its RAM): the test's proxy in
 //     front of the server adds 256 MiB.
 //
 // To do, in order:

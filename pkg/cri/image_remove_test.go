@@ -62,3 +62,28 @@ func TestRemoveImageWhileCreating(t *testing.T) {
 		t.Errorf("useImage of a removed image: %v, want NotFound", err)
 	}
 }
+
+// TestCRIImageUser: ImageStatus gives the image config's user as a uid
+// or a name, without its group, as containerd does.
+func TestCRIImageUser(t *testing.T) {
+	for user, want := range map[string]struct {
+		uid  int64
+		name string
+	}{
+		"":                  {-1, ""},
+		"1002":              {1002, ""},
+		"1003:users":        {1003, ""},
+		"0":                 {0, ""},
+		"www-data":          {-1, "www-data"},
+		"www-data:www-data": {-1, "www-data"},
+	} {
+		got := criImage(image{ID: "sha256:x", User: user})
+		gotUID := int64(-1)
+		if got.Uid != nil {
+			gotUID = got.Uid.Value
+		}
+		if gotUID != want.uid || got.Username != want.name {
+			t.Errorf("user %q: uid %d, name %q; want %d, %q", user, gotUID, got.Username, want.uid, want.name)
+		}
+	}
+}

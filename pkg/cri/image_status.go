@@ -2,6 +2,8 @@ package cri
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -47,6 +49,16 @@ func (s *Server) ImageFsInfo(ctx context.Context, r *runtimeapi.ImageFsInfoReque
 	return &runtimeapi.ImageFsInfoResponse{ImageFilesystems: []*runtimeapi.FilesystemUsage{fs}}, nil
 }
 
+// criImage is img as the CRI gives it: with its config's user as a uid
+// (User "1002" or "1002:users") or a name ("www-data", "www-data:www-data"),
+// as containerd reports it.
 func criImage(img image) *runtimeapi.Image {
-	return &runtimeapi.Image{Id: img.ID, RepoTags: img.RepoTags, RepoDigests: img.RepoDigests, Size: img.Size}
+	out := &runtimeapi.Image{Id: img.ID, RepoTags: img.RepoTags, RepoDigests: img.RepoDigests, Size: img.Size}
+	user, _, _ := strings.Cut(img.User, ":")
+	if uid, err := strconv.ParseInt(user, 10, 64); err == nil && uid >= 0 {
+		out.Uid = &runtimeapi.Int64Value{Value: uid}
+	} else if user != "" {
+		out.Username = user
+	}
+	return out
 }

@@ -38,6 +38,9 @@ type image struct {
 	// number of its files and dirs.
 	Size   uint64 `json:"size"`
 	Inodes uint64 `json:"inodes"`
+	// User is the image config's User (uid or name, ":group" maybe),
+	// which ImageStatus reports for the kubelet's runAsNonRoot check.
+	User string `json:"user,omitempty"`
 }
 
 // imageStore is the node's images under one dir.
@@ -352,6 +355,9 @@ func unpackImage(img v1.Image, dir string, lim untar.Limits) (*image, error) {
 		return nil, fmt.Errorf("unpack: %w", err)
 	}
 	rec := &image{}
+	if cf, err := img.ConfigFile(); err == nil && cf != nil {
+		rec.User = cf.Config.User
+	}
 	if err := readOnly(rootfs, rec); err != nil {
 		return nil, err
 	}
