@@ -51,14 +51,22 @@
 // across its restart.
 //
 // To do, in order:
-//   - Issue 28, item 13 (disk full, read-only state dir), planned:
-//     local-up puts each node's state root on a loop-mounted file system
-//     of its own (a sparse image under _output), so a test can fill it
-//     without touching the host's disk; Create maps ENOSPC, EDQUOT and
-//     EROFS anywhere in its error (and qemu-img's and libvirt's "No
-//     space left on device") to ResourceExhausted naming the state root
-//     and its free bytes; test/e2e fills it, expects the pod's event and
-//     no partial state, frees it, expects the pod Running.
+//   - Issue 28, item 13 (disk full, read-only state dir): Create and
+//     Start (and vm-runtime cri's RunPodSandbox, CreateContainer and
+//     PullImage) map ENOSPC, EDQUOT and EROFS, as errnos or as libvirt's,
+//     qemu-img's and Go's text, to ResourceExhausted (FailedPrecondition
+//     when read-only) naming the state root and its free bytes
+//     (vm.StorageError), and leave no record (TestCreateOnFullStateRoot).
+//     Left: local-up puts each node's state root on a loop-mounted file
+//     system of its own (a sparse image under _output), so that test/e2e
+//     can fill it without touching the host's disk, expect the pod's
+//     event and no partial state, free it, and expect the pod Running.
+//   - Issue 28, item 10 (storm of 50 pods and a leak checker after every
+//     e2e test), not started: the checker lists domains, QEMU and
+//     vmpod-qemu processes (by the uids of the jail's range), taps
+//     (vmp*), tc filters, netns, mounts under the state roots, pod
+//     cgroups, uid leases, pod dirs, DHCP servers (the daemon's
+//     goroutines by name) and the long-lived processes' fds and threads.
 //   - Issue 28, item 12 (node reboot), planned: local-down keeping the
 //     state dirs, local-up starting from them; Recover already records a
 //     VM whose QEMU is gone as exited and undoes what it held.
