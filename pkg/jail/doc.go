@@ -12,9 +12,12 @@
 // passes as file descriptors (monitor, tap, log). The domain's environment
 // names the jail's Spec file (EnvSpec). The jailer then, on its own thread:
 //
-//  1. chowns the VM's writable dir (and everything in it, without following
-//     links) and libvirt's per-VM secret file named on the command line to
-//     the jail's uid and gid;
+//  1. makes the VM's writable dir and its subdirs root's (0755) and its
+//     other files read-only, then gives the jail's uid and gid the files
+//     QEMU writes (Spec.Owned: the overlay, the UEFI store, block volume
+//     nodes) and libvirt's per-VM secret file named on the command line,
+//     following no link: QEMU creates, renames and removes nothing, so
+//     what it adds to the dir is bounded by the files it owns;
 //  2. makes IPC and UTS namespaces of its own (no System V IPC object or
 //     POSIX message queue of the node, host name "vmpod-qemu") and a
 //     private mount namespace, and builds a new root on a small

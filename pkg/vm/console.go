@@ -127,8 +127,10 @@ func (c *console) close() {
 }
 
 // dialNoFollow connects to the unix socket at path, which must be a socket
-// and not a link: path is in the VM's dir, which QEMU owns, and a QEMU that
-// made it a link to a host socket would have the runtime talk to it.
+// and not a link: path is in the VM's dir, which QEMU owned before the
+// dir stayed root's (a VM started by an earlier version still runs so),
+// and a QEMU that made it a link to a host socket would have the runtime
+// talk to it.
 func dialNoFollow(path string) (net.Conn, error) {
 	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {

@@ -40,7 +40,8 @@ func JailerLink(stateRoot string) string { return filepath.Join(stateRoot, "bin"
 // UIDLeases is the dir of QEMU uid leases (jail.Allocate) under a state root.
 func UIDLeases(stateRoot string) string { return filepath.Join(stateRoot, "uids") }
 
-// VMDir holds every file QEMU opens for writing.
+// VMDir holds every file QEMU opens for writing. It stays root's: QEMU
+// is given the files it writes, not the dir (jail.Spec.Owned).
 func (l Layout) VMDir() string { return filepath.Join(l.Dir, "vm") }
 
 // Overlay is the qcow2 overlay whose backing file is the image's disk.
