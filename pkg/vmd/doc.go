@@ -61,6 +61,11 @@
 //     system of its own (a sparse image under _output), so that test/e2e
 //     can fill it without touching the host's disk, expect the pod's
 //     event and no partial state, free it, and expect the pod Running.
+//     Also left: a running guest whose overlay hits ENOSPC is paused by
+//     QEMU (the domain names no error_policy, and QEMU's werror default
+//     is enospc); nothing resumes it. Either report the error to the
+//     guest (error_policy="report", as past the disk cap) or resume the
+//     domain on its I/O-error pause once space is back.
 //   - Issue 28, item 10 (storm of 50 pods and a leak checker after every
 //     e2e test), not started: the checker lists domains, QEMU and
 //     vmpod-qemu processes (by the uids of the jail's range), taps
