@@ -77,16 +77,6 @@ func (s *sessions) open(kind sessionKind, pod string) (release func(), err error
 	}, nil
 }
 
-// count is the open sessions of kind in pod ("": the node's).
-func (s *sessions) count(kind sessionKind, pod string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if pod == "" {
-		return s.node[kind]
-	}
-	return s.pods[sessionKey{kind, pod}]
-}
-
 // closeNotifyListener gives each connection it accepts a context that
 // ends when the connection is closed. The streaming server's SPDY and
 // websocket code close a connection when its client goes, but the

@@ -100,3 +100,13 @@ func TestConnContext(t *testing.T) {
 		t.Errorf("the request's context after its client went: %v, want it ended", err)
 	}
 }
+
+// count is the open sessions of kind in pod ("": the node's).
+func (s *sessions) count(kind sessionKind, pod string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if pod == "" {
+		return s.node[kind]
+	}
+	return s.pods[sessionKey{kind, pod}]
+}

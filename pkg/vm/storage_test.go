@@ -11,49 +11,17 @@ import (
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 
+	"github.com/vmpod/vmpod/internal/testenv/fullfs"
 	"github.com/vmpod/vmpod/pkg/vm"
 )
-
-// smallFS mounts a tmpfs of size bytes on a new dir, unmounted when the
-// test ends.
-func smallFS(t *testing.T, size int) string {
-	t.Helper()
-	dir := t.TempDir()
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
-		t.Fatalf("tmpfs on %s (the test needs root): %v", dir, err)
-	}
-	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
-	return dir
-}
-
-// fill writes a file on dir until the file system is full and returns
-// it.
-func fill(t *testing.T, dir string) string {
-	t.Helper()
-	p := filepath.Join(dir, "filler")
-	f, err := os.Create(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	buf := make([]byte, 4096)
-	for {
-		if _, err := f.Write(buf); err != nil {
-			if !errors.Is(err, unix.ENOSPC) {
-				t.Fatalf("filling %s: %v", dir, err)
-			}
-			return p
-		}
-	}
-}
 
 // TestStorageError: a write the node's state dir refuses (full,
 // read-only), as an errno or as libvirt's and qemu-img's text, becomes
 // ResourceExhausted (FailedPrecondition when read-only) naming the dir
 // and its free bytes; other errors stay as they were.
 func TestStorageError(t *testing.T) {
-	dir := smallFS(t, 64<<10)
-	fill(t, dir)
+	dir := fullfs.Mount(t, 64<<10)
+	fullfs.Fill(t, dir)
 	werr := os.WriteFile(filepath.Join(dir, "more"), make([]byte, 8192), 0o600)
 	if !errors.Is(werr, unix.ENOSPC) {
 		t.Fatalf("a write on the full file system: %v, want ENOSPC", werr)

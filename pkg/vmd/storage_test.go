@@ -2,44 +2,27 @@ package vmd
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/containerd/errdefs"
-	"golang.org/x/sys/unix"
+
+	"github.com/vmpod/vmpod/internal/testenv/fullfs"
 )
 
 // TestCreateOnFullStateRoot: a VM made while the state root is full fails
 // with ResourceExhausted naming the root, and leaves no record of it:
 // no checkpoint, and the node does not know the VM.
 func TestCreateOnFullStateRoot(t *testing.T) {
-	root := t.TempDir()
-	if err := unix.Mount("tmpfs", root, "tmpfs", 0, fmt.Sprintf("size=%d", 256<<10)); err != nil {
-		t.Fatalf("tmpfs on %s (the test needs root): %v", root, err)
-	}
-	t.Cleanup(func() { unix.Unmount(root, unix.MNT_DETACH) })
+	root := fullfs.Mount(t, 256<<10)
 	cfg := Config{StateRoot: root}.WithDefaults()
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Create(filepath.Join(root, "filler"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for buf := make([]byte, 4096); ; {
-		if _, err := f.Write(buf); err != nil {
-			if !errors.Is(err, unix.ENOSPC) {
-				t.Fatal(err)
-			}
-			break
-		}
-	}
-	f.Close()
+	fullfs.Fill(t, root)
 
 	err = s.Create(context.Background(), CreateRequest{ID: "vm1", PodID: "p1"})
 	if !errdefs.IsResourceExhausted(err) || !strings.Contains(err.Error(), root) || !strings.Contains(err.Error(), "bytes free") {
