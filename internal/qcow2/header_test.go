@@ -49,8 +49,6 @@ func TestHeaders(t *testing.T) {
 			"cluster_size=65536,lazy_refcounts=on,compression_type=zstd,extended_l2=on", "DIR/x.qcow2", "2G"}, 3, 2 << 30, ""},
 		{"a backing file", []string{"create", "-f", "qcow2", "-u", "-b", "/etc/shadow", "-F", "raw", "DIR/x.qcow2", "1M"}, 3, 1 << 20, "backing file"},
 		{"an external data file", []string{"create", "-f", "qcow2", "-o", "data_file=DIR/data.raw", "DIR/x.qcow2", "1M"}, 3, 1 << 20, "external data file"},
-		{"encrypted", []string{"create", "-f", "qcow2", "--object", "secret,id=s0,data=vmpod", "-o", "encrypt.format=luks,encrypt.key-secret=s0",
-			"DIR/x.qcow2", "1M"}, 3, 1 << 20, "encrypted"},
 		{"above the maximum", []string{"create", "-f", "qcow2", "DIR/x.qcow2", "5T"}, 3, 5 << 40, "above the maximum"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -92,7 +90,10 @@ func TestHeaderBits(t *testing.T) {
 		readErr string // from ReadHeader
 		refused string // from Check
 	}{
-		"corrupt":            {b: set(72, IncompatCorrupt, 8), refused: "corrupt"},
+		"corrupt": {b: set(72, IncompatCorrupt, 8), refused: "corrupt"},
+		// LUKS (crypt_method 2), set by hand: qemu-img's LUKS create
+		// times its key derivation and fails on a loaded machine.
+		"encrypted":          {b: set(32, 2, 4), refused: "encrypted (crypt_method 2)"},
 		"an unknown feature": {b: set(72, 1<<20, 8), refused: "unknown bits 0x100000"},
 		"version 4":          {b: set(4, 4, 4), readErr: "version 4"},
 		"cluster_bits 30":    {b: set(20, 30, 4), readErr: "cluster_bits 30"},
