@@ -42,6 +42,11 @@ const (
 	EventCrashed
 	// EventPMSuspended: the guest suspended itself to RAM.
 	EventPMSuspended
+	// EventPausedOnIOError: QEMU stopped the vCPUs because a write to a
+	// disk failed and the disk's error policy says stop (QEMU's default
+	// for ENOSPC: the host file system holding the disk is full). The
+	// guest waits, unaware, until Resume; EventResumed follows it.
+	EventPausedOnIOError
 )
 
 func (t EventType) String() string {
@@ -66,6 +71,8 @@ func (t EventType) String() string {
 		return "crashed"
 	case EventPMSuspended:
 		return "pm-suspended"
+	case EventPausedOnIOError:
+		return "paused-on-io-error"
 	default:
 		return "EventType(" + strconv.Itoa(int(t)) + ")"
 	}

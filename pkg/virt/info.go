@@ -15,6 +15,9 @@ type Info struct {
 	// hypervisor keeps none. QEMU holds it open for appending, so it may
 	// be cut short under it.
 	Log string
+	// PausedOnIOError: in StatePaused because QEMU stopped the vCPUs on
+	// a failed disk write (EventPausedOnIOError).
+	PausedOnIOError bool
 }
 
 // Stats is resource usage of a running domain. Counters are cumulative

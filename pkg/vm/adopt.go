@@ -162,6 +162,11 @@ func (rt *Runtime) adopt(ctx context.Context, name string, l Layout, console boo
 		m.console = c
 		m.mu.Unlock()
 	}
+	if info.PausedOnIOError {
+		// Paused on a full disk while no runtime watched: wait for
+		// room as if the pause had just come.
+		m.pausedOnIOError()
+	}
 	return m, nil
 }
 

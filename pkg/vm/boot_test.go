@@ -178,6 +178,14 @@ type testGuest struct {
 // test ends, however it ends; delete does it earlier.
 func startGuest(ctx context.Context, t testing.TB, podFile string, edit func(*vm.Config)) *testGuest {
 	t.Helper()
+	_, _, root := runtimeForTest(t)
+	return startGuestIn(ctx, t, root, podFile, edit)
+}
+
+// startGuestIn is startGuest with the VM's dir made in parent, a dir
+// below the runtime's root.
+func startGuestIn(ctx context.Context, t testing.TB, parent, podFile string, edit func(*vm.Config)) *testGuest {
+	t.Helper()
 	rt, h, root := runtimeForTest(t)
 	spec, err := vmspec.FromPod(podFromFile(t, podFile))
 	if err != nil {
@@ -190,7 +198,7 @@ func startGuest(ctx context.Context, t testing.TB, podFile string, edit func(*vm
 	if filepath.Base(img.Kernel) != "vmlinux" || img.Initrd == "" || img.DiskFormat != "qcow2" {
 		t.Fatalf("containerdisk: %+v, want /boot/vmlinux, /boot/initrd.img and a qcow2 disk", img)
 	}
-	dir, err := os.MkdirTemp(root, "pod-")
+	dir, err := os.MkdirTemp(parent, "pod-")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,12 +26,16 @@ const DefaultConsoleLogBytes = 4 << 20
 type console struct {
 	conn net.Conn
 	log  *rotatingLog
-	out  io.Writer
 	done chan struct{}
 	// note is the line the console ends with, once the VM's exit is
 	// known ("" for none); closing is set by close (nothing to wait for).
 	note    chan string
 	closing atomic.Bool
+
+	mu    sync.Mutex // orders the guest's bytes and the runtime's lines
+	out   io.Writer  // nil once it failed
+	last  byte       // the last byte written: a line of ours starts on a line of its own
+	ended bool       // QEMU closed the socket: say writes nothing more
 }
 
 // noteWait bounds how long the console, at QEMU's end of the stream,
@@ -60,7 +64,7 @@ func attachConsole(socket, logPath string, logBytes int64, out io.Writer, keepLo
 		conn.Close()
 		return nil, fmt.Errorf("serial log: %v: %w", err, errdefs.ErrInternal)
 	}
-	c := &console{conn: conn, log: log, out: out, done: make(chan struct{}), note: make(chan string, 1)}
+	c := &console{conn: conn, log: log, out: out, last: '\n', done: make(chan struct{}), note: make(chan string, 1)}
 	go c.copy()
 	return c, nil
 }
@@ -73,26 +77,20 @@ func (c *console) copy() {
 	defer close(c.done)
 	defer c.log.Close()
 	buf := make([]byte, 32<<10)
-	out := c.out
-	write := func(p []byte) {
-		_, _ = c.log.Write(p)
-		if out != nil {
-			if _, werr := out.Write(p); werr != nil {
-				out = nil
-			}
-		}
-	}
-	last := byte('\n')
 	for {
 		n, err := c.conn.Read(buf)
 		if n > 0 {
-			write(buf[:n])
-			last = buf[n-1]
+			c.mu.Lock()
+			c.write(buf[:n])
+			c.mu.Unlock()
 		}
 		if err != nil {
 			break
 		}
 	}
+	c.mu.Lock()
+	c.ended = true
+	c.mu.Unlock()
 	if c.closing.Load() {
 		return
 	}
@@ -101,14 +99,43 @@ func (c *console) copy() {
 	case note = <-c.note:
 	case <-time.After(noteWait):
 	}
-	if note == "" {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.line(note)
+}
+
+// write copies p to the log and the writer; c.mu is held.
+func (c *console) write(p []byte) {
+	_, _ = c.log.Write(p)
+	if c.out != nil {
+		if _, err := c.out.Write(p); err != nil {
+			c.out = nil
+		}
+	}
+	c.last = p[len(p)-1]
+}
+
+// line writes a line of the runtime's, on a line of its own after the
+// guest's output; "" writes none. c.mu is held.
+func (c *console) line(s string) {
+	if s == "" {
 		return
 	}
-	line := note + "\r\n" // the guest's serial line ends
-	if last != '\n' {
-		line = "\r\n" + line
+	l := s + "\r\n" // the guest's serial line ends
+	if c.last != '\n' {
+		l = "\r\n" + l
 	}
-	write([]byte(line))
+	c.write([]byte(l))
+}
+
+// say writes a line of the runtime's (a pause, a resume) into the console
+// now, between the guest's writes; nothing once the console ended.
+func (c *console) say(s string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.ended {
+		c.line(s)
+	}
 }
 
 // end gives the console its last line (the VM's exit), written after

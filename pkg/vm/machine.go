@@ -90,6 +90,9 @@ type Machine struct {
 	stopping bool            // its stop is known, its exit being worked out
 	shutdown virt.StopReason // who QEMU last said asked it to shut down
 	qemu     *qemuProc       // QEMU's pidfd, from Start (or Adopt) to its exit
+	// waitingForSpace: QEMU paused the VM on a full disk and
+	// resumeOnSpace waits for room.
+	waitingForSpace bool
 }
 
 // Create prepares the VM's files and defines its domain. On error nothing

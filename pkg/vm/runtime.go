@@ -27,7 +27,7 @@ func NewRuntime(hv virt.Hypervisor) *Runtime {
 func (rt *Runtime) dispatch() {
 	defer close(rt.done)
 	for ev := range rt.hv.Events() {
-		if ev.Type != virt.EventStopped && ev.Type != virt.EventShutdown {
+		if ev.Type != virt.EventStopped && ev.Type != virt.EventShutdown && ev.Type != virt.EventPausedOnIOError {
 			continue
 		}
 		rt.mu.Lock()
@@ -36,9 +36,12 @@ func (rt *Runtime) dispatch() {
 		if m == nil {
 			continue
 		}
-		if ev.Type == virt.EventShutdown {
+		switch ev.Type {
+		case virt.EventShutdown:
 			m.shuttingDown(ev.Reason)
-		} else {
+		case virt.EventPausedOnIOError:
+			m.pausedOnIOError()
+		default:
 			m.stopped(ev.Reason)
 		}
 	}

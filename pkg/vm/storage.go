@@ -35,11 +35,7 @@ func StorageError(err error, dir string) error {
 			return err
 		}
 	}
-	var st unix.Statfs_t
-	free := "its free space unknown"
-	if unix.Statfs(dir, &st) == nil {
-		free = fmt.Sprintf("%d bytes free of %d", uint64(st.Bavail)*uint64(st.Bsize), uint64(st.Blocks)*uint64(st.Bsize))
-	}
+	free := freeSpace(dir)
 	if errno == unix.EROFS {
 		return fmt.Errorf("the node's state dir %s is read-only (%s): %v: %w", dir, free, err, errdefs.ErrFailedPrecondition)
 	}

@@ -19,7 +19,23 @@ import (
 // test ends, and returns the dir.
 func Mount(t testing.TB, size int) string {
 	t.Helper()
-	dir := t.TempDir()
+	return mountAt(t, t.TempDir(), size)
+}
+
+// MountIn is Mount with the dir made in parent (a short path, for unix
+// sockets below it), removed when the test ends.
+func MountIn(t testing.TB, parent string, size int) string {
+	t.Helper()
+	dir, err := os.MkdirTemp(parent, "full-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(dir) })
+	return mountAt(t, dir, size)
+}
+
+func mountAt(t testing.TB, dir string, size int) string {
+	t.Helper()
 	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
 		t.Fatalf("tmpfs on %s (the test needs root): %v", dir, err)
 	}

@@ -34,6 +34,9 @@ func translateEvent(event lv.DomainEventType, detail int) (virt.EventType, virt.
 		}
 		return virt.EventStarted, virt.StopNone
 	case lv.DOMAIN_EVENT_SUSPENDED:
+		if lv.DomainEventSuspendedDetailType(detail) == lv.DOMAIN_EVENT_SUSPENDED_IOERROR {
+			return virt.EventPausedOnIOError, virt.StopNone
+		}
 		return virt.EventSuspended, virt.StopNone
 	case lv.DOMAIN_EVENT_RESUMED:
 		return virt.EventResumed, virt.StopNone

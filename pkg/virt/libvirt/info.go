@@ -29,7 +29,8 @@ func (c *Conn) Info(ctx context.Context, name string) (virt.Info, error) {
 	if err != nil {
 		return virt.Info{}, classify(err, subject(name))
 	}
-	info := virt.Info{State: mapState(st), Reason: mapReason(st, reason)}
+	info := virt.Info{State: mapState(st), Reason: mapReason(st, reason),
+		PausedOnIOError: st == lv.DOMAIN_PAUSED && lv.DomainPausedReason(reason) == lv.DOMAIN_PAUSED_IOERROR}
 	if info.State.Active() && c.root != "" {
 		if info.PID, err = c.pid(name); err != nil {
 			return virt.Info{}, err
