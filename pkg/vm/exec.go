@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+
+	"github.com/vmpod/vmpod/pkg/virt"
 )
 
 const (
@@ -147,6 +149,13 @@ func (m *Machine) waitExited(ctx context.Context, pid int) (ExecResult, error) {
 		if err != nil && ctx.Err() != nil {
 			return ExecResult{}, ctx.Err()
 		}
+		if err != nil && m.paused(ctx) {
+			// The command waits with the guest (a VM paused on a full
+			// disk runs on once there is room): so does its status.
+			delay = execPollMax
+			timer.Reset(delay)
+			continue
+		}
 		if err != nil {
 			return ExecResult{}, err
 		}
@@ -156,6 +165,13 @@ func (m *Machine) waitExited(ctx context.Context, pid int) (ExecResult, error) {
 		delay = min(2*delay, execPollMax)
 		timer.Reset(delay)
 	}
+}
+
+// paused reports whether the VM's vCPUs are stopped while QEMU runs on,
+// which libvirt's agent calls refuse as "domain is not running".
+func (m *Machine) paused(ctx context.Context) bool {
+	info, err := m.hv.Info(ctx, m.name)
+	return err == nil && info.State == virt.StatePaused
 }
 
 // startCommand starts req in the guest as the leader of a session of its

@@ -60,6 +60,36 @@ func TestExec(t *testing.T) {
 		})
 	}
 
+	// A VM paused under a running command (QEMU's pause on a full disk;
+	// here a plain one) holds the command: its status waits for the
+	// resume instead of failing on libvirt's "domain is not running".
+	t.Run("paused under the command", func(t *testing.T) {
+		type result struct {
+			res vm.ExecResult
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			res, err := g.m.Exec(ctx, vm.ExecRequest{Args: []string{"sh", "-c", "sleep 1; echo done"}})
+			done <- result{res, err}
+		}()
+		time.Sleep(300 * time.Millisecond)
+		if err := shared.conn.Suspend(ctx, g.name); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-done:
+			t.Fatalf("the command ended while its VM was paused: %+v", r)
+		case <-time.After(4 * time.Second):
+		}
+		if err := shared.conn.Resume(ctx, g.name); err != nil {
+			t.Fatal(err)
+		}
+		r := <-done
+		if r.err != nil || r.res.ExitCode != 0 || string(r.res.Stdout) != "done\n" {
+			t.Errorf("Exec after the resume = %+v, %v; want exit 0, stdout \"done\\n\"", r.res, r.err)
+		}
+	})
 	t.Run("missing program", func(t *testing.T) {
 		_, err := g.m.Exec(ctx, vm.ExecRequest{Args: []string{"/no/such/program", "x"}})
 		if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "/no/such/program") ||
