@@ -13,7 +13,8 @@
 #  3. the host objects the record names: the network namespace, cgroups,
 #     mount points made on the host, the global sysctls the kubelet changed;
 #  4. a sweep that needs no record: host mounts under $STATE, $RUN and the
-#     old /tmp/vmpod-local, /run/netns/$NAME (mounted or a file left by a
+#     old /tmp/vmpod-local, loop devices still bound to the nodes' state
+#     root images, /run/netns/$NAME (mounted or a file left by a
 #     reboot), $NAME's cgroup tree in every hierarchy (deepest first), the
 #     files.
 #
@@ -346,6 +347,21 @@ while read -r mp; do
 	fi
 	if is_mountpoint "$mp"; then fail "could not unmount $mp"; else removed "mount $mp"; fi
 done < <(mounts_under "$STATE" "$RUN" "$LEGACY")
+
+# The nodes' state roots' loop devices (local-up's state_fs) clear
+# themselves when the namespace that mounted them ends; one still bound to
+# an image is a mount that outlived it.
+for img in "$STATE"/disks/*.img; do
+	[[ -f $img ]] || continue
+	while read -r dev; do
+		[[ -n $dev ]] || continue
+		if losetup -d "$dev" 2>/dev/null && ! losetup -j "$img" | grep -q "^$dev:"; then
+			removed "loop device $dev of $img"
+		else
+			fail "loop device $dev of $img is still bound (mounted somewhere?)"
+		fi
+	done < <(losetup -j "$img" 2>/dev/null | cut -d: -f1)
+done
 
 remove_netns "$NETNS"
 remove_netns "$VM_NETNS"

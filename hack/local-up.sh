@@ -183,6 +183,29 @@ for pair in kubelet:/var/lib/kubelet container-logs:/var/log/containers cni/cach
 	in_node mount --bind "$src" "$dst"
 done
 
+# state_fs RUN DIR IMAGE: DIR, a vm-runtime state root, becomes a file
+# system of its own in a node's mount namespace (RUN: in_node or
+# in_vm_node), as a node's disk: an ext4 image of $STATE_FS_SIZE (sparse,
+# made once, loop-mounted; the loop device goes with the namespace's last
+# process), or a tmpfs of that size where the host has no loop device.
+# test/e2e fills it to see a full disk (TestDiskFull) without touching the
+# host's.
+state_fs() {
+	local run=$1 dir=$2 img=$3
+	mkdir -p "$dir" "${img%/*}"
+	if [[ ! -f $img ]]; then
+		truncate -s "$STATE_FS_SIZE" "$img"
+		mkfs.ext4 -q -F -m 0 -E root_owner=0:0 "$img" || die "mkfs.ext4 $img"
+	fi
+	if $run mount -o loop "$img" "$dir" 2>/dev/null; then
+		log "state root $dir: $STATE_FS_SIZE ext4 ($img, loop-mounted in the node)"
+	else
+		$run mount -t tmpfs -o "size=$STATE_FS_SIZE,mode=0755" tmpfs "$dir" || die "no file system for $dir"
+		log "state root $dir: $STATE_FS_SIZE tmpfs (no loop device here)"
+	fi
+}
+state_fs in_node "$STATE/vm" "$STATE/disks/node.img"
+
 if ((CRI_NODE)); then
 	log "VM-only node namespace $VM_NAME: lo, $VM_NODE_IP on a veth pair to $NAME ($VM_LINK_IP), no route out"
 	mkdir -p "$VM_STATE"/{kubelet,container-logs,cni/net.d,cni/ipam,pod-logs,kubelet-plugins} "$VM_RUN"
@@ -214,6 +237,7 @@ if ((CRI_NODE)); then
 		fi
 		in_vm_node mount --bind "$src" "$dst"
 	done
+	state_fs in_vm_node "$VM_STATE/cri" "$STATE/disks/vmnode.img"
 fi
 
 snapshotter=overlayfs
@@ -342,12 +366,12 @@ mkdir -p "$CAPS_CACHE"
 # capabilities.
 log "starting vm-runtime daemon (the node's VMs, for the shims)"
 # Under restart-always.sh, as the unit's Restart=always: test/e2e kills it.
-start vmd "$repo/hack/local/restart-always.sh" env TMPDIR="$RUN/tmp" "$STATE/bin/vm-runtime" daemon --socket "$RUN/vmd.sock" \
+start vmd env RESTART_ALWAYS_HOLD="$RUN/node-down" "$repo/hack/local/restart-always.sh" env TMPDIR="$RUN/tmp" "$STATE/bin/vm-runtime" daemon --socket "$RUN/vmd.sock" \
 	--state-root "$STATE/vm" --capabilities-cache "$CAPS_CACHE" --metrics-address "127.0.0.1:$NODE_METRICS_PORT"
 wait_for "vm-runtime daemon" 60 in_node test -S "$RUN/vmd.sock" || die "vm-runtime daemon did not serve $RUN/vmd.sock within 60s"
 # The shims inherit containerd's environment: the daemon's socket. Under
 # restart-always.sh, as containerd's unit restarts it: test/e2e kills it.
-start containerd "$repo/hack/local/restart-always.sh" env VMPOD_STATE_ROOT="$STATE/vm" VMPOD_NODE_SOCKET="$RUN/vmd.sock" TMPDIR="$RUN/tmp" \
+start containerd env RESTART_ALWAYS_HOLD="$RUN/node-down" "$repo/hack/local/restart-always.sh" env VMPOD_STATE_ROOT="$STATE/vm" VMPOD_NODE_SOCKET="$RUN/vmd.sock" TMPDIR="$RUN/tmp" \
 	"$BIN/containerd" --config "$STATE/containerd.toml"
 ctr() { in_node "$BIN/ctr" --address "$RUN/containerd.sock" -n k8s.io "$@"; }
 wait_for containerd 60 ctr version || die "containerd did not start within 60s"
@@ -365,7 +389,7 @@ sed -e "s|@STATE@|$STATE|g" -e "s|@NODE_STATE@|$STATE|g" -e "s|@RUNTIME_ENDPOINT
 	-e "s|@DNS_IP@|$DNS_IP|g" -e "s|@CLUSTER_DOMAIN@|$CLUSTER_DOMAIN|g" hack/local/kubelet.yaml >"$STATE/kubelet.yaml"
 # Under restart-always.sh, as the kubelet's unit restarts it: test/e2e
 # kills it.
-start kubelet "$repo/hack/local/restart-always.sh" "$BIN/kubelet" --config "$STATE/kubelet.yaml" --kubeconfig "$STATE/kubelet.kubeconfig" \
+start kubelet env RESTART_ALWAYS_HOLD="$RUN/node-down" "$repo/hack/local/restart-always.sh" "$BIN/kubelet" --config "$STATE/kubelet.yaml" --kubeconfig "$STATE/kubelet.kubeconfig" \
 	--hostname-override "$NAME" --node-ip "$NODE_IP" --root-dir /var/lib/kubelet
 # kube_proxy_config NODE KUBECONFIG: the node's kube-proxy configuration.
 kube_proxy_config() {
@@ -383,7 +407,7 @@ if ((CRI_NODE)); then
 	# ends), with this node's paths and its own QEMU uids; the cgroupfs
 	# driver, as the local kubelets use (hack/local/kubelet.yaml), whatever
 	# the machine's init.
-	start_in holder-vm cri "$repo/hack/local/restart-always.sh" env TMPDIR="$RUN/tmp" "$STATE/bin/vm-runtime" cri --listen "unix://$VM_RUN/cri.sock" \
+	start_in holder-vm cri env RESTART_ALWAYS_HOLD="$VM_RUN/node-down" "$repo/hack/local/restart-always.sh" env TMPDIR="$RUN/tmp" "$STATE/bin/vm-runtime" cri --listen "unix://$VM_RUN/cri.sock" \
 		--state-root "$VM_STATE/cri" --netns-dir "$VM_RUN/netns" --cni-conf-dir "$VM_STATE/cni/net.d" --cni-bin-dir /usr/lib/cni \
 		--capabilities-cache "$CAPS_CACHE" --qemu-uids "$VM_QEMU_UIDS" --default-cgroup-parent "$VM_CGROUP_ROOT/vmpod" \
 		--cgroup-driver cgroupfs --metrics-address "127.0.0.1:$VM_METRICS_PORT"
@@ -400,7 +424,7 @@ if ((CRI_NODE)); then
 		printf '%s\n' "# VMs only: pods that do not tolerate this stay off the node." "registerWithTaints:" \
 			"- key: $VM_TAINT_KEY" '  value: "true"' "  effect: NoSchedule"
 	} >"$STATE/kubelet-vm.yaml"
-	start_in holder-vm kubelet-vm "$repo/hack/local/restart-always.sh" "$BIN/kubelet" --config "$STATE/kubelet-vm.yaml" --kubeconfig "$STATE/kubelet-vm.kubeconfig" \
+	start_in holder-vm kubelet-vm env RESTART_ALWAYS_HOLD="$VM_RUN/node-down" "$repo/hack/local/restart-always.sh" "$BIN/kubelet" --config "$STATE/kubelet-vm.yaml" --kubeconfig "$STATE/kubelet-vm.kubeconfig" \
 		--hostname-override "$VM_NAME" --node-ip "$VM_NODE_IP" --root-dir /var/lib/kubelet
 	log "starting kube-proxy (node $VM_NAME)"
 	kube_proxy_config "$VM_NAME" "$STATE/kube-proxy-vm.kubeconfig" >"$STATE/kube-proxy-vm.yaml"
@@ -450,6 +474,8 @@ export KUBECONFIG=$OUT/kubeconfig
 export VMPOD_E2E_CGROUP_ROOT=/$NAME
 export VMPOD_E2E_NODE_EXEC="nsenter --target $(holder_pid) --mount --net --"
 export VMPOD_E2E_STATE_ROOT=$STATE/vm
+export VMPOD_E2E_NODE_DOWN=$RUN/node-down
+export VMPOD_E2E_NODE_VOLATILE="$RUN/containerd/state $RUN/vmd.sock"
 export VMPOD_E2E_METRICS_URL=http://127.0.0.1:$NODE_METRICS_PORT/metrics
 export VMPOD_E2E_IMAGE=$IMAGE
 export VMPOD_E2E_KUBECTL=$BIN/kubectl
@@ -462,6 +488,8 @@ if ((CRI_NODE)); then
 export VMPOD_E2E_CRI_NODE=$VM_NAME
 export VMPOD_E2E_CRI_NODE_EXEC="nsenter --target $(holder_pid holder-vm) --mount --net --"
 export VMPOD_E2E_CRI_STATE_ROOT=$VM_STATE/cri
+export VMPOD_E2E_CRI_NODE_DOWN=$VM_RUN/node-down
+export VMPOD_E2E_CRI_NODE_VOLATILE="$VM_RUN/netns $VM_RUN/cri.sock"
 export VMPOD_E2E_CRI_METRICS_URL=http://127.0.0.1:$VM_METRICS_PORT/metrics
 export VMPOD_E2E_CRI_NETNS_DIR=$VM_RUN/netns
 export VMPOD_E2E_CRI_CGROUP_ROOT=$VM_CGROUP_ROOT

@@ -54,6 +54,8 @@ VM_LINK_IP=10.86.1.1
 VM_NODE_IP=10.86.1.2
 VM_POD_CIDR=10.244.1.0/24
 VM_STATE=$STATE/vmnode
+# The size of each node's state root (local-up's state_fs).
+STATE_FS_SIZE=${VMPOD_LOCAL_STATE_FS_SIZE:-4G}
 VM_RUN=$RUN/vmnode
 VM_CGROUP_ROOT=/$NAME/vmnode
 # The uids QEMU runs as on this node: the range after the first node's

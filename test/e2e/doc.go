@@ -15,7 +15,11 @@
 // left nothing on the node; VMPOD_E2E_IMAGE is the test guest's
 // containerdisk (hack/guest/build.sh), already on the node;
 // VMPOD_E2E_STATE_ROOT is the shims' VMPOD_STATE_ROOT on the node;
-// VMPOD_E2E_CGROUP_ROOT the kubelet's cgroupRoot (unset: any).
+// VMPOD_E2E_CGROUP_ROOT the kubelet's cgroupRoot (unset: any);
+// VMPOD_E2E_NODE_DOWN a file that, while it exists, keeps the node's
+// units (kubelet, runtimes) from starting again, and VMPOD_E2E_NODE_VOLATILE
+// the paths, space-separated, where the node keeps what a reboot clears
+// (TestNodeReboot).
 //
 // A VM-only node, whose kubelet talks to vm-runtime cri (hack/local-up.sh's
 // second node), is tested when VMPOD_E2E_CRI_NODE names it (TestCRINode
@@ -23,5 +27,9 @@
 // runs on it), VMPOD_E2E_CRI_STATE_ROOT and VMPOD_E2E_CRI_NETNS_DIR (the
 // server's --state-root and --netns-dir), VMPOD_E2E_CRI_CGROUP_ROOT and
 // VMPOD_E2E_CRI_METRICS_URL (its --metrics-address, as a URL on the
-// node).
+// node), VMPOD_E2E_CRI_NODE_DOWN and VMPOD_E2E_CRI_NODE_VOLATILE.
+//
+// Every test calls checkLeaks first (TestLeakChecked holds them to it):
+// after the test, each node must be back to what it had before it
+// (leftoverScript).
 package e2e

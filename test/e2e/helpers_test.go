@@ -296,6 +296,16 @@ func (n *testNode) httpGet(t *testing.T, ip string) string {
 // exit code.
 func kubectl(t *testing.T, timeout time.Duration, args ...string) (string, string, int) {
 	t.Helper()
+	stdout, stderr, code, err := kubectlNoFatal(timeout, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stdout, stderr, code
+}
+
+// kubectlNoFatal is kubectl for a goroutine of a test: an error where
+// kubectl's exit code should be.
+func kubectlNoFatal(timeout time.Duration, args ...string) (string, string, int, error) {
 	bin := os.Getenv("VMPOD_E2E_KUBECTL")
 	if bin == "" {
 		bin = "kubectl"
@@ -306,18 +316,17 @@ func kubectl(t *testing.T, timeout time.Duration, args ...string) (string, strin
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
-	code := 0
+	if ctx.Err() != nil {
+		return stdout.String(), stderr.String(), -1, fmt.Errorf("kubectl %v did not end within %v: %s%s", args, timeout, stdout.String(), stderr.String())
+	}
 	var exit *exec.ExitError
 	switch {
 	case errors.As(err, &exit):
-		code = exit.ExitCode()
+		return stdout.String(), stderr.String(), exit.ExitCode(), nil
 	case err != nil:
-		t.Fatalf("kubectl %v: %v", args, err)
+		return stdout.String(), stderr.String(), -1, fmt.Errorf("kubectl %v: %v", args, err)
 	}
-	if ctx.Err() != nil {
-		t.Fatalf("kubectl %v did not end within %v: %s%s", args, timeout, stdout.String(), stderr.String())
-	}
-	return stdout.String(), stderr.String(), code
+	return stdout.String(), stderr.String(), 0, nil
 }
 
 // waitReady waits until the pod's Ready condition is true.

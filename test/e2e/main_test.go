@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -57,6 +56,11 @@ type testNode struct {
 	// metricsURL is where, on the node, vm-runtime serves its metrics
 	// (VMPOD_E2E_CRI_METRICS_URL); "" for none.
 	metricsURL string
+	// downFile, while it exists, holds the node's units down
+	// (hack/local/restart-always.sh's RESTART_ALWAYS_HOLD); volatile are
+	// the paths where the node keeps what a reboot clears (its /run).
+	downFile string
+	volatile []string
 }
 
 func TestMain(m *testing.M) {
@@ -64,23 +68,33 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.Exit(1)
 	}
-	before, beforeItems, err := node.leftovers()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: what the node has before the tests:", err)
-		os.Exit(1)
+	type snap struct {
+		counts string
+		items  []string
 	}
-	fmt.Printf("e2e: the node before the tests: %s\n", before)
+	before := map[*testNode]snap{}
+	for _, n := range nodes() {
+		c, items, err := n.leftovers()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: what %s has before the tests: %v\n", n, err)
+			os.Exit(1)
+		}
+		before[n] = snap{c, items}
+		fmt.Printf("e2e: %s before the tests: %s\n", n, c)
+	}
 	code := m.Run()
 	// After all tests, passed or failed (each deletes its pods at
-	// cleanup), nothing of a VM may be left on the node: see
-	// leftoverScript.
-	after, err := node.waitLeftovers(before, beforeItems, time.Minute)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: FAIL: left on the node after the tests:", err)
-		fmt.Fprintf(os.Stderr, "before: %s\nafter:  %s\n", before, after)
-		code = 1
-	} else {
-		fmt.Printf("e2e: nothing left on the node: as before the tests, %s\n", after)
+	// cleanup and checks its own leaks), nothing of a VM may be left on a
+	// node, and the runtimes' goroutines and fds are back (within slack)
+	// to where they were before the first VM: see leftoverScript.
+	for _, n := range nodes() {
+		after, err := n.waitLeftovers(before[n].counts, before[n].items, time.Minute)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: FAIL: left on %s after the tests: %v\n", n, err)
+			code = 1
+			continue
+		}
+		fmt.Printf("e2e: nothing left on %s: as before the tests, %s\n", n, after)
 	}
 	os.Exit(code)
 }
@@ -101,7 +115,11 @@ func setup() error {
 		node.stateRoot = v
 	}
 	node.metricsURL = os.Getenv("VMPOD_E2E_METRICS_URL")
+	// The runtime's checkpoints of its VMs, QEMU uid leases and
+	// libvirt's domain definitions.
+	node.dirs = runtimeDirs(node.stateRoot)
 	node.cgroupRoot = strings.TrimSuffix(os.Getenv("VMPOD_E2E_CGROUP_ROOT"), "/")
+	node.downFile, node.volatile = os.Getenv("VMPOD_E2E_NODE_DOWN"), strings.Fields(os.Getenv("VMPOD_E2E_NODE_VOLATILE"))
 	// The leftover check runs on the node: it is not optional.
 	if node.exec = strings.Fields(os.Getenv("VMPOD_E2E_NODE_EXEC")); len(node.exec) == 0 {
 		return fmt.Errorf("VMPOD_E2E_NODE_EXEC is not set: a command prefix that runs a command on the node (after hack/local-up.sh: source _output/local/env)")
@@ -112,11 +130,10 @@ func setup() error {
 			metricsURL: os.Getenv("VMPOD_E2E_CRI_METRICS_URL"),
 			cgroupRoot: strings.TrimSuffix(os.Getenv("VMPOD_E2E_CRI_CGROUP_ROOT"), "/"),
 			netnsDir:   strings.TrimSuffix(os.Getenv("VMPOD_E2E_CRI_NETNS_DIR"), "/"),
-			// vm-runtime cri's checkpoints (the VMs' under vms/),
-			// QEMU uid leases and libvirt's domain definitions
-			// (test/cri's list).
-			dirs: []string{state + "/cri/sandboxes", state + "/cri/containers", state + "/vms", state + "/uids",
-				state + "/libvirt/etc/libvirt/qemu"}}
+			downFile:   os.Getenv("VMPOD_E2E_CRI_NODE_DOWN"),
+			volatile:   strings.Fields(os.Getenv("VMPOD_E2E_CRI_NODE_VOLATILE")),
+			// vm-runtime cri's checkpoints, and the runtime's.
+			dirs: append([]string{state + "/cri/sandboxes", state + "/cri/containers"}, runtimeDirs(state)...)}
 		if len(criNode.exec) == 0 || state == "" || criNode.netnsDir == "" {
 			return fmt.Errorf("VMPOD_E2E_CRI_NODE is set, VMPOD_E2E_CRI_NODE_EXEC, VMPOD_E2E_CRI_STATE_ROOT or VMPOD_E2E_CRI_NETNS_DIR is not")
 		}
@@ -128,6 +145,13 @@ func setup() error {
 		return fmt.Errorf("namespace %s: %w", namespace, err)
 	}
 	return nil
+}
+
+// runtimeDirs are the dirs under a vm-runtime's state root whose entries
+// are its VMs': checkpoints, QEMU uid leases, libvirt's domain
+// definitions and running domains' status.
+func runtimeDirs(state string) []string {
+	return []string{state + "/vms", state + "/uids", state + "/libvirt/etc/libvirt/qemu", state + "/libvirt/run/libvirt/qemu"}
 }
 
 // run runs a bash script with arguments on the node through its command
@@ -142,140 +166,6 @@ func (n *testNode) run(ctx context.Context, script string, args ...string) (stri
 		return string(out), fmt.Errorf("on the node: %v: %s%s", err, out, stderr.String())
 	}
 	return string(out), nil
-}
-
-// leftoverScript counts, on the node, everything a VM pod has while it
-// runs and must not have after it was deleted; the counts before and after
-// the tests must be equal. Processes: vmpod shims (in the node's mount
-// namespace: a local node shares /proc with the host), QEMU processes with
-// a pod state dir on their command line, the tasks in the kubelet's
-// kubepods cgroups. Cgroups: every pod cgroup and every directory below
-// one (the container's, libvirt's), in every hierarchy (cgroupfs or systemd
-// driver, v1 or v2). Network: CNI pod network namespaces, and the taps in
-// them and in the node's. Mounts: all of the node's mount namespace, and
-// among them container rootfs mounts. Files: pod state dirs of the shims
-// (or vm-runtime cri) and the kubelet's pod dirs, and the entries of the
-// dirs named after the first three arguments (state root, cgroup root,
-// netns dir). After the counts it lists what it counted, one item a line,
-// to name what differs.
-const leftoverScript = `
-state=$1 root=$2 nsdir=$3
-shift 3
-self=$(readlink /proc/self/ns/mnt)
-shims=0 qemu=0
-for d in /proc/[0-9]*; do
-  # By argv: this script's own command line names both programs. A shim
-  # runs as containerd-shim-vmpod-v2, or as "vm-runtime shim" once it has
-  # re-executed itself. A process may exit between the glob and the read.
-  mapfile -d '' -t argv 2>/dev/null <"$d/cmdline" || continue
-  case "${argv[0]##*/} ${argv[1]:-}" in
-  "containerd-shim-vmpod-v2 "* | "vm-runtime shim")
-    [ "$(readlink "$d/ns/mnt")" = "$self" ] && shims=$((shims + 1)) ;;
-  qemu-system-*)
-    case " ${argv[*]} " in *"$state/pods/"*) qemu=$((qemu + 1)) ;; esac ;;
-  esac
-done
-cgroups=0 tasks=0
-# Below the kubelet's cgroupRoot ($root: hack/local-up.sh's node shares the
-# host's cgroups with other clusters' kubelets), or anywhere on the node.
-mapfile -t kubepods < <(find /sys/fs/cgroup -mindepth 1 -maxdepth 5 -type d -path "*$root/*kubepods*" -prune 2>/dev/null)
-# Pod cgroups and all below them: pod<uid> (cgroupfs) or
-# kubepods-<qos>-pod<uid>.slice (systemd), not the QoS cgroups the kubelet
-# may make when it first needs them.
-podcgroups() {
-  [ ${#kubepods[@]} -gt 0 ] || return 0
-  find "${kubepods[@]}" -mindepth 1 -type d 2>/dev/null | grep -E '/([^/]*-)?pod[0-9a-f]{8}[-_]' || true
-}
-if [ ${#kubepods[@]} -gt 0 ]; then
-  cgroups=$(podcgroups | wc -l)
-  tasks=$(find "${kubepods[@]}" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u | wc -l)
-fi
-netns=0 taps=$(ip -o link show type tun 2>/dev/null | wc -l)
-# containerd's (cni-<id>), or those under vm-runtime cri's --netns-dir.
-for ns in $(awk -v d="$nsdir" '$5 ~ /\/netns\/cni-/ || (d != "" && index($5, d "/") == 1) { print $5 }' /proc/self/mountinfo | sort -u); do
-  netns=$((netns + 1))
-  taps=$((taps + $(nsenter --net="$ns" ip -o link show type tun 2>/dev/null | wc -l)))
-done
-mounts=$(wc -l </proc/self/mountinfo)
-rootfs=$(grep -c 'io.containerd.runtime.v2.task/k8s.io/.*/rootfs ' /proc/self/mountinfo || true)
-dirs=$(ls "$state/pods" 2>/dev/null | wc -l)
-poddirs=$(ls /var/lib/kubelet/pods 2>/dev/null | wc -l)
-# The uid leases' lock is the node's, not a pod's.
-entries() { for d in "$@"; do ls -A "$d" 2>/dev/null | grep -vx '[.]lock' | sed "s|^|$d/|"; done; }
-more=$(entries "$@" | wc -l)
-echo "shims=$shims qemu=$qemu tasks=$tasks cgroups=$cgroups netns=$netns taps=$taps mounts=$mounts rootfs=$rootfs statedirs=$dirs kubelet-poddirs=$poddirs entries=$more"
-# What was counted, one per line, to show what differs.
-podcgroups | sed 's/^/cgroup /'
-awk '{ print "mount", $5 }' /proc/self/mountinfo
-ls "$state/pods" 2>/dev/null | sed 's/^/statedir /'
-ls /var/lib/kubelet/pods 2>/dev/null | sed 's/^/kubelet-poddir /'
-entries "$@" | sed 's/^/entry /'
-`
-
-// leftovers returns the counts of leftoverScript on the node and what it
-// counted.
-func (n *testNode) leftovers() (string, []string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	out, err := n.run(ctx, leftoverScript, append([]string{n.stateRoot, n.cgroupRoot, n.netnsDir}, n.dirs...)...)
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	return lines[0], lines[1:], err
-}
-
-// waitLeftovers waits, bounded, until the node has nothing more than it
-// had before the tests: no count above its value before, no item that was
-// not there. What went away meanwhile (another program's namespace on a
-// shared machine) is no leftover. The error names what differs.
-func (n *testNode) waitLeftovers(before string, beforeItems []string, timeout time.Duration) (string, error) {
-	deadline := time.Now().Add(timeout)
-	for {
-		after, items, err := n.leftovers()
-		if err != nil {
-			return after, err
-		}
-		if noMore(after, before) && len(missing(items, beforeItems)) == 0 {
-			return after, nil
-		}
-		if time.Now().After(deadline) {
-			return after, fmt.Errorf("the node has %q, had %q before the tests; new: %q; gone: %q",
-				after, before, missing(items, beforeItems), missing(beforeItems, items))
-		}
-		time.Sleep(2 * time.Second)
-	}
-}
-
-// noMore reports whether no count of after ("name=N ...") is above its
-// count in before.
-func noMore(after, before string) bool {
-	was := map[string]string{}
-	for _, f := range strings.Fields(before) {
-		k, v, _ := strings.Cut(f, "=")
-		was[k] = v
-	}
-	for _, f := range strings.Fields(after) {
-		k, v, _ := strings.Cut(f, "=")
-		n, err1 := strconv.Atoi(v)
-		m, err2 := strconv.Atoi(was[k])
-		if err1 != nil || err2 != nil || n > m {
-			return false
-		}
-	}
-	return true
-}
-
-// missing lists the items of a that are not in b.
-func missing(a, b []string) []string {
-	in := map[string]bool{}
-	for _, x := range b {
-		in[x] = true
-	}
-	var out []string
-	for _, x := range a {
-		if !in[x] {
-			out = append(out, x)
-		}
-	}
-	return out
 }
 
 // qemuStatusScript prints, on the node, the QEMU of domain $2 (under state

@@ -52,6 +52,7 @@ func setUnschedulable(t *testing.T, name string, on bool) {
 // grace period, and the Deployment's replacements start on the VM-only
 // node (they tolerate its taint), so the drain ends.
 func TestDrain(t *testing.T) {
+	checkLeaks(t)
 	if criNode == nil {
 		t.Fatal("the cluster has no VM-only node: the replacements would have nowhere to go")
 	}
@@ -143,6 +144,7 @@ func TestDrain(t *testing.T) {
 // admits every one the scheduler placed (a kubelet that counted the
 // running pods' overhead twice rejects the last ones with OutOfcpu).
 func TestOverheadCountedOnce(t *testing.T) {
+	checkLeaks(t)
 	cnode := containerdNode(t)
 	n, err := client.CoreV1().Nodes().Get(context.Background(), cnode, metav1.GetOptions{})
 	if err != nil {

@@ -102,6 +102,7 @@ func getLocal(addr string) (string, error) {
 // once over both forwards; a port the guest does not listen on ends the
 // forwarded connection at once, and kubectl says which port failed.
 func TestPortForward(t *testing.T) {
+	checkLeaks(t)
 	for _, d := range frontDoors(t) {
 		t.Run(d.name, func(t *testing.T) {
 			b := makePod("pf")

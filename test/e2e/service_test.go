@@ -53,6 +53,7 @@ func inPod(t *testing.T, pod, script string, args ...string) (string, int) {
 // the endpoints: a VM whose readiness probe fails gets no traffic until it
 // passes.
 func TestService(t *testing.T) {
+	checkLeaks(t)
 	doors := frontDoors(t)
 	name := uniqueName("svc")
 	sel := map[string]string{"app": name}

@@ -27,6 +27,7 @@ import (
 // console in the logs, its HTTP server on the pod IP, the vCPUs and memory
 // its limits ask for, and an ACPI shutdown when it is deleted.
 func TestVMPod(t *testing.T) {
+	checkLeaks(t)
 	const grace = 60
 	pod := create(t, makePod("vm").limits("2", "400Mi").grace(grace).obj())
 	p := waitRunning(t, pod.Name)
@@ -114,6 +115,7 @@ func TestVMPod(t *testing.T) {
 // makes the pod Ready, and a terminal exec (kubectl exec -it) is refused at
 // once with the reason: the guest agent gives no TTY. On both kinds of node.
 func TestExec(t *testing.T) {
+	checkLeaks(t)
 	for _, d := range frontDoors(t) {
 		t.Run(d.name, func(t *testing.T) { testExec(t, d) })
 	}
@@ -153,6 +155,7 @@ func testExec(t *testing.T, d frontDoor) {
 // kubelet's stats summary (kubectl top) has the VM's CPU and memory. On
 // both kinds of node.
 func TestAttachAndStats(t *testing.T) {
+	checkLeaks(t)
 	for _, d := range frontDoors(t) {
 		t.Run(d.name, func(t *testing.T) { testAttachAndStats(t, d) })
 	}
@@ -258,6 +261,7 @@ func (s *safeBuffer) String() string {
 // The test guest's /init is replaced by its poweroff script through the
 // kernel command line.
 func TestPoweroffRestarts(t *testing.T) {
+	checkLeaks(t)
 	pod := create(t, makePod("poweroff").restart(corev1.RestartPolicyAlways).
 		annotation(vmspec.AnnotationKernelCmdline, "rdinit=/bin/guest-poweroff").obj())
 	var cs corev1.ContainerStatus
@@ -280,6 +284,7 @@ func TestPoweroffRestarts(t *testing.T) {
 // with an event that names the annotation, whether the scheduler sees it
 // or the pod is bound to the node directly.
 func TestBadAnnotation(t *testing.T) {
+	checkLeaks(t)
 	bad := func(prefix string) *podBuilder {
 		return makePod(prefix).annotation(vmspec.AnnotationFirmware, "efi")
 	}
@@ -302,6 +307,7 @@ func TestBadAnnotation(t *testing.T) {
 // without KVM, with the scheduler's reason; on a cluster with KVM nodes it
 // is bound to one of them.
 func TestKVMRequired(t *testing.T) {
+	checkLeaks(t)
 	nodes, err := client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{LabelSelector: vmspec.LabelKVM + "=true"})
 	if err != nil {
 		t.Fatal(err)
@@ -330,6 +336,7 @@ func TestKVMRequired(t *testing.T) {
 // the create (kubectl apply) to Running, to the guest's first serial line
 // in the logs (its kernel's), and to its /init's first line.
 func TestBootTimes(t *testing.T) {
+	checkLeaks(t)
 	for _, n := range []int{1, 5} {
 		t.Run(fmt.Sprintf("%d pods", n), func(t *testing.T) {
 			var names []string

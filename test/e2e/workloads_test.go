@@ -107,12 +107,9 @@ func deleteAtCleanup(t *testing.T, kind, name string, sel map[string]string, del
 // one, the Deployment never below replicas - maxUnavailable available; a
 // scale to 0 leaves nothing of a VM on the node. On both kinds of node.
 func TestDeployment(t *testing.T) {
+	checkLeaks(t)
 	for _, d := range frontDoors(t) {
 		t.Run(d.name, func(t *testing.T) {
-			before, beforeItems, err := d.node.leftovers()
-			if err != nil {
-				t.Fatal(err)
-			}
 			name := uniqueName("deploy")
 			sel := map[string]string{"app": name}
 			tmpl := vmTemplate(sel)
@@ -169,9 +166,6 @@ func TestDeployment(t *testing.T) {
 			}
 			waitNoPods(t, sel)
 			t.Logf("scale to 0: pods gone in %v", time.Since(start).Round(100*time.Millisecond))
-			if after, err := d.node.waitLeftovers(before, beforeItems, time.Minute); err != nil {
-				t.Errorf("left on the node after scale to 0: %v\nbefore: %s\nafter:  %s", err, before, after)
-			}
 		})
 	}
 }
@@ -267,6 +261,7 @@ func runJob(t *testing.T, d frontDoor, cmdline string, backoffLimit int32, want 
 // test guest's /init replaced by its poweroff script: the guest's exit 0
 // is the container's). On both kinds of node.
 func TestJob(t *testing.T) {
+	checkLeaks(t)
 	for _, d := range frontDoors(t) {
 		t.Run(d.name, func(t *testing.T) {
 			_, pods, took := runJob(t, d, "rdinit=/bin/guest-poweroff", 0, batchv1.JobComplete)
@@ -292,6 +287,7 @@ func TestJob(t *testing.T) {
 // the termination message), the console up to the panic is the pod's log,
 // and backoffLimit 1 gives exactly two pods. On both kinds of node.
 func TestJobGuestPanic(t *testing.T) {
+	checkLeaks(t)
 	for _, d := range frontDoors(t) {
 		t.Run(d.name, func(t *testing.T) {
 			j, pods, took := runJob(t, d, "vmpod.test=panic", 1, batchv1.JobFailed)
@@ -349,6 +345,7 @@ func guestHTTP(t *testing.T, pod, host, port string) string {
 // gets the stable names web-0 and web-1, each its own DNS name, which a
 // guest resolves; a deleted member comes back under its name.
 func TestStatefulSet(t *testing.T) {
+	checkLeaks(t)
 	name := uniqueName("sts")
 	sel := map[string]string{"app": name}
 	svc := &corev1.Service{
