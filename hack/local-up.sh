@@ -44,6 +44,10 @@
 # the cluster's data in /var/lib/vmpod-local (logs: /var/lib/vmpod-local/logs),
 # sockets and the VMs' state in /run/vmpod-local. Whatever an earlier run
 # left, recorded or not, is removed first (hack/local-down.sh).
+# Each node's vm-runtime state root is a file system of its own, as a
+# node's disk: a sparse ext4 image in $STATE/disks, loop-mounted in the
+# node's mount namespace (a tmpfs where the host has no loop device), of
+# VMPOD_LOCAL_STATE_FS_SIZE (default 4G); test/e2e fills it (TestDiskFull).
 # Environment: VMPOD_LOCAL_PORT (default 16443), VMPOD_LOCAL_NO_DEMO=1 to
 # skip the example pod, VMPOD_LOCAL_CRI_NODE=0 for no VM-only node,
 # VMPOD_LOCAL_NAME (default vmpod-local) for a cluster beside another

@@ -34,6 +34,11 @@ func TestMain(m *testing.M) {
 	if filepath.Base(os.Args[0]) == jail.EmulatorName {
 		os.Exit(jail.Main(os.Args[1:]))
 	}
+	// TestServedPods starts it as a shim, by its command line.
+	if filepath.Base(os.Args[0]) == "vm-runtime" && len(os.Args) > 1 && os.Args[1] == "shim" {
+		time.Sleep(time.Minute)
+		os.Exit(0)
+	}
 	os.Exit(m.Run())
 }
 

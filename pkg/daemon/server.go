@@ -48,9 +48,19 @@ func New(vms *vmd.Service) *Server {
 }
 
 // Recover takes over the VMs an earlier daemon left (vmd.Service.Recover);
-// a VM taken over writes its console into a new backlog.
+// a VM taken over writes its console into a new backlog. Then the stopped
+// VMs of pods that no shim serves any more, and those pods, are released
+// (vmd.Service.ReleaseOrphans): after a reboot nobody else would.
 func (s *Server) Recover(ctx context.Context) {
 	s.vms.Recover(ctx, func(r vmd.Record) (io.Writer, error) { return s.newConsole(r.ID), nil })
+	pods, err := servedPods("/proc")
+	if err != nil {
+		log.G(ctx).WithError(err).Warn("list the shims: VMs of pods no shim serves are kept")
+		return
+	}
+	if released := s.vms.ReleaseOrphans(ctx, func(id string) bool { return owns(pods, id) }); len(released) > 0 {
+		log.G(ctx).Infof("released %d pod(s) that no shim serves any more: %v", len(released), released)
+	}
 }
 
 // Serve serves the node API on a unix socket at path, which only root may

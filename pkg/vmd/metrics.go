@@ -48,7 +48,7 @@ func newMetrics(s *Service) *metrics {
 			Buckets: durationBuckets,
 		}, []string{"result"}),
 		recovered: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "vmpod_vm_recoveries_total", Help: "VMs found by a restarted vm-runtime, by what it did: adopted (running on), undone.",
+			Name: "vmpod_vm_recoveries_total", Help: "VMs found by a restarted vm-runtime, by what it did: adopted (running on), undone, released (no shim served its pod any more: removed with its pod's dir).",
 		}, []string{"result"}),
 	}
 	m.reg.MustRegister(m.starts, m.phases, m.exits, m.execs, m.recovered, vmCollector{s},

@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
@@ -117,4 +120,71 @@ func (s *Service) undoLeftover(ctx context.Context, in *instance, reason, messag
 		log.G(ctx).WithError(err).Errorf("VM %s: record that it holds nothing", rec.ID)
 	}
 	s.stopped(ctx, in, exit)
+}
+
+// ReleaseOrphans removes, after Recover, the stopped VMs of the pods that
+// owned says nobody serves any more (owned gets a sandbox id, or the
+// first digits of one that name a pod's dir), and releases those pods (their dirs,
+// their QEMU uid leases): nobody would ever ask for them. That is every
+// VM of the node after a reboot, whose shims did not survive it and whose
+// container runtime forgot them with /run. A running VM is left to its
+// pod, whoever serves it. It returns the pods it released.
+func (s *Service) ReleaseOrphans(ctx context.Context, owned func(podID string) bool) []string {
+	var orphans []Record
+	pods := map[string]bool{}
+	for _, in := range s.snapshot() {
+		if r := in.Get(); !owned(r.PodID) {
+			orphans = append(orphans, r)
+			pods[r.PodID] = true
+		}
+	}
+	for _, r := range orphans {
+		if r.State != Stopped {
+			log.G(ctx).Warnf("VM %s of pod %s: no shim serves its pod, but it runs: left to its pod", r.ID, r.PodID)
+			delete(pods, r.PodID)
+			continue
+		}
+		if err := s.Remove(ctx, r.ID); err != nil && !errdefs.IsNotFound(err) {
+			log.G(ctx).WithError(err).Warnf("VM %s of pod %s: no shim serves its pod; remove it", r.ID, r.PodID)
+			delete(pods, r.PodID)
+			continue
+		}
+		s.metrics.recovered.WithLabelValues("released").Inc()
+		log.G(ctx).Infof("VM %s of pod %s: no shim serves its pod any more (a reboot?): removed", r.ID, r.PodID)
+	}
+	// A pod dir with no VM left in it (its containers removed, the
+	// sandbox not yet released when the node went down) is named by the
+	// first digits of its sandbox id.
+	if dirs, err := os.ReadDir(filepath.Join(s.cfg.StateRoot, "pods")); err == nil {
+		for _, d := range dirs {
+			if !s.hasPod(d.Name(), pods) && !owned(d.Name()) {
+				pods[d.Name()] = true
+			}
+		}
+	}
+	var released []string
+	for pod := range pods {
+		if err := s.ReleasePod(ctx, pod); err != nil {
+			log.G(ctx).WithError(err).Warnf("pod %s: no shim serves it; release it", pod)
+			continue
+		}
+		released = append(released, pod)
+	}
+	return released
+}
+
+// hasPod reports whether a VM of the node, or one of pods, is of a
+// sandbox whose id begins with prefix.
+func (s *Service) hasPod(prefix string, pods map[string]bool) bool {
+	for p := range pods {
+		if strings.HasPrefix(p, prefix) {
+			return true
+		}
+	}
+	for _, in := range s.snapshot() {
+		if strings.HasPrefix(in.Get().PodID, prefix) {
+			return true
+		}
+	}
+	return false
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/vmpod/vmpod/internal/ckpt"
 	"github.com/vmpod/vmpod/pkg/jail"
@@ -224,3 +225,81 @@ func TestReleasePodWaits(t *testing.T) {
 		t.Errorf("the pod's dir after its release: %v, want it gone", err)
 	}
 }
+
+// TestReleaseOrphans: after Recover, the stopped VMs of pods nobody
+// serves any more are removed and their pods released (dir, uid lease),
+// as is a pod's dir with no VM left in it; a served pod keeps its VMs, and
+// a running VM is left to its pod even if nobody serves it.
+func TestReleaseOrphans(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	cfg := Config{StateRoot: root, UIDs: jail.Range{First: 0x70000000 + 4600, Count: 8}}.WithDefaults()
+	const gone, served, bare = "aaaaaaaaaaaaaaaa1111", "bbbbbbbbbbbbbbbb2222", "cccccccccccccccc3333"
+	recs := []Record{
+		{ID: "gone-sandbox", PodID: gone, State: Stopped, Exit: Exit{Status: 137}},
+		{ID: "gone-vm", PodID: gone, State: Stopped, Exit: Exit{Status: 1}},
+		{ID: "served-vm", PodID: served, State: Stopped, Exit: Exit{Status: 0}},
+	}
+	for _, r := range recs {
+		if err := ckpt.Write(cfg.checkpoint(r.ID), checkpointVersion, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pod := range []string{gone, served, bare} {
+		if _, err := vm.LeaseJail(root, cfg.UIDs, s.Layout(pod), cfg.DiskCap); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Join(s.Layout(pod).Dir, "vm"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Recover(ctx, nil)
+	// A running VM nobody serves: left alone.
+	running := newInstance(s.cfg, Record{ID: "running", PodID: "dddddddddddddddd4444", State: Running})
+	s.mu.Lock()
+	s.vms["running"] = running
+	s.mu.Unlock()
+
+	released := s.ReleaseOrphans(ctx, func(id string) bool { return strings.HasPrefix(served, id) })
+	want := []string{gone, bare[:16]}
+	if diff := cmp.Diff(want, released, cmpSorted); diff != "" {
+		t.Errorf("released pods (-want +got):\n%s", diff)
+	}
+	var ids []string
+	for _, r := range s.List() {
+		ids = append(ids, r.ID)
+	}
+	if diff := cmp.Diff([]string{"running", "served-vm"}, ids, cmpSorted); diff != "" {
+		t.Errorf("the VMs left (-want +got):\n%s", diff)
+	}
+	for pod, kept := range map[string]bool{gone: false, bare: false, served: true} {
+		_, err := os.Stat(s.Layout(pod).Dir)
+		if kept != (err == nil) {
+			t.Errorf("pod %s's dir: %v, want kept %v", pod, err, kept)
+		}
+	}
+	for _, id := range []string{"gone-sandbox", "gone-vm"} {
+		if _, err := os.Stat(cfg.checkpoint(id)); !os.IsNotExist(err) {
+			t.Errorf("the checkpoint of %s, released: %v", id, err)
+		}
+	}
+	leases, err := os.ReadDir(vm.UIDLeases(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, l := range leases {
+		if l.Name() != ".lock" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d uid leases left, want the served pod's alone: %v", n, leases)
+	}
+}
+
+var cmpSorted = cmpopts.SortSlices(func(a, b string) bool { return a < b })
