@@ -13,10 +13,7 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/vmpod/vmpod/pkg/vmspec"
 )
@@ -185,20 +182,7 @@ func TestKillMatrix(t *testing.T) {
 	})
 	for _, d := range frontDoors(t) {
 		t.Run(d.name, func(t *testing.T) {
-			name := uniqueName("killed")
-			sel := map[string]string{"app": name}
-			tmpl := vmTemplate(sel)
-			d.place(&tmpl.Spec)
-			dep := &appsv1.Deployment{
-				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
-				Spec:       appsv1.DeploymentSpec{Replicas: new(int32(replicas)), Selector: &metav1.LabelSelector{MatchLabels: sel}, Template: tmpl},
-			}
-			deps := client.AppsV1().Deployments(namespace)
-			if _, err := deps.Create(context.Background(), dep, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			deleteAtCleanup(t, "deployment", name, sel, deps.Delete)
-			waitDeployment(t, name, replicas)
+			_, sel, scaleToZero := d.vmDeployment(t, "killed", replicas)
 			for _, p := range podsOf(t, sel) {
 				// A restart before any kill is no kill's doing, but a VM
 				// pod that ended on its own: say how.
@@ -248,10 +232,7 @@ func TestKillMatrix(t *testing.T) {
 				}
 			}
 
-			if _, err := deps.Patch(context.Background(), name, types.MergePatchType, []byte(`{"spec":{"replicas":0}}`), metav1.PatchOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			waitNoPods(t, sel)
+			scaleToZero()
 		})
 	}
 }

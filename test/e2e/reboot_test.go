@@ -7,10 +7,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	appsv1 "k8s.io/api/apps/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // crashScript takes the node down as a power cut does, on the node: with
@@ -85,20 +81,7 @@ func TestNodeReboot(t *testing.T) {
 			if n.downFile == "" || len(n.volatile) == 0 {
 				t.Fatal("VMPOD_E2E_NODE_DOWN, VMPOD_E2E_NODE_VOLATILE and their VMPOD_E2E_CRI_ twins are unset: hack/local-up.sh sets them")
 			}
-			name := uniqueName("reboot")
-			sel := map[string]string{"app": name}
-			tmpl := vmTemplate(sel)
-			d.place(&tmpl.Spec)
-			dep := &appsv1.Deployment{
-				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
-				Spec:       appsv1.DeploymentSpec{Replicas: new(int32(replicas)), Selector: &metav1.LabelSelector{MatchLabels: sel}, Template: tmpl},
-			}
-			deps := client.AppsV1().Deployments(namespace)
-			if _, err := deps.Create(context.Background(), dep, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			deleteAtCleanup(t, "deployment", name, sel, deps.Delete)
-			waitDeployment(t, name, replicas)
+			_, sel, scaleToZero := d.vmDeployment(t, "reboot", replicas)
 			before := podsOf(t, sel)
 			containers := map[string]string{}
 			for _, p := range before {
@@ -149,10 +132,7 @@ func TestNodeReboot(t *testing.T) {
 					t.Errorf("pod %s: HTTP from the guest after the reboot = %q", p.Name, body)
 				}
 			}
-			if _, err := deps.Patch(context.Background(), name, types.MergePatchType, []byte(`{"spec":{"replicas":0}}`), metav1.PatchOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			waitNoPods(t, sel)
+			scaleToZero()
 		})
 	}
 }

@@ -102,6 +102,35 @@ func deleteAtCleanup(t *testing.T, kind, name string, sel map[string]string, del
 	})
 }
 
+// vmDeployment makes a Deployment of replicas VM pods (vmTemplate) on the
+// door's node, deleted at cleanup, and waits until it is Available. It
+// returns the Deployment's name, its pods' selector, and a scale to 0 that
+// waits until the pods are gone.
+func (d frontDoor) vmDeployment(t *testing.T, prefix string, replicas int) (string, map[string]string, func()) {
+	t.Helper()
+	name := uniqueName(prefix)
+	sel := map[string]string{"app": name}
+	tmpl := vmTemplate(sel)
+	d.place(&tmpl.Spec)
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec:       appsv1.DeploymentSpec{Replicas: new(int32(replicas)), Selector: &metav1.LabelSelector{MatchLabels: sel}, Template: tmpl},
+	}
+	deps := client.AppsV1().Deployments(namespace)
+	if _, err := deps.Create(context.Background(), dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deleteAtCleanup(t, "deployment", name, sel, deps.Delete)
+	waitDeployment(t, name, int32(replicas))
+	return name, sel, func() {
+		t.Helper()
+		if _, err := deps.Patch(context.Background(), name, types.MergePatchType, []byte(`{"spec":{"replicas":0}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitNoPods(t, sel)
+	}
+}
+
 // TestDeployment: a Deployment of 3 VM pods becomes Available; a rolling
 // update (an annotation of the template changed) replaces the VMs one by
 // one, the Deployment never below replicas - maxUnavailable available; a
