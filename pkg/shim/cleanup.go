@@ -6,8 +6,8 @@ import (
 	"github.com/containerd/log"
 
 	"github.com/vmpod/vmpod/pkg/nodeclient"
+	"github.com/vmpod/vmpod/pkg/ocikeys"
 	"github.com/vmpod/vmpod/pkg/podcgroup"
-	"github.com/vmpod/vmpod/pkg/vmspec"
 )
 
 // cleanupAfterShim is the `delete` command's work for task id, whose shim
@@ -23,8 +23,8 @@ func cleanupAfterShim(ctx context.Context, cfg Config, bundle, id string) error 
 	}
 	nc := nodeclient.New(cfg.Socket)
 	defer nc.Close()
-	if oci.Annotations[vmspec.CRIContainerType] != vmspec.CRIContainerTypeSbx {
-		sandbox := oci.Annotations[vmspec.CRISandboxID]
+	if oci.Annotations[ocikeys.CRIContainerType] != ocikeys.CRIContainerTypeSbx {
+		sandbox := oci.Annotations[ocikeys.CRISandboxID]
 		return removeVM(ctx, nc, id, sandbox == "" || sandbox == id)
 	}
 	if err := nc.ReleasePod(ctx, id); err != nil {

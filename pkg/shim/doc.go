@@ -47,7 +47,7 @@
 // QEMU in the VM container's cgroup, and refuses a VM task without a
 // cgroupsPath it can use: a VM never runs outside its pod's limits.
 //
-// It may import api/node/v1, nodeclient, vmspec (the CRI's annotations),
+// It may import api/node/v1, nodeclient, ocikeys (the CRI's annotations),
 // podcgroup, portfwd, containerd's shim, API and events packages, and the
 // standard library; never pkg/vm, pkg/vmd, pkg/virt or pkg/node, which
 // make VMs or link libvirt (test/imports); nothing imports it but

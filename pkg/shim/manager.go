@@ -20,7 +20,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"github.com/vmpod/vmpod/pkg/vmspec"
+	"github.com/vmpod/vmpod/pkg/ocikeys"
 )
 
 // RuntimeName is the runtime_type containerd resolves to this shim's binary,
@@ -61,7 +61,7 @@ func (m *Manager) Start(ctx context.Context, params *bootapi.BootstrapParams) (_
 		return nil, err
 	}
 	group := params.GetInstanceID()
-	if id := oci.Annotations[vmspec.CRISandboxID]; id != "" {
+	if id := oci.Annotations[ocikeys.CRISandboxID]; id != "" {
 		group = id
 	}
 	socketDir := params.GetSocketDir()

@@ -9,8 +9,8 @@ import (
 	"github.com/containerd/log"
 	"golang.org/x/sys/unix"
 
+	"github.com/vmpod/vmpod/pkg/ocikeys"
 	"github.com/vmpod/vmpod/pkg/portfwd"
-	"github.com/vmpod/vmpod/pkg/vmspec"
 )
 
 // containerd serves port-forward (kubectl port-forward, crictl
@@ -63,7 +63,7 @@ func (p *pod) forwardLoopback(node nodeNetns) {
 	}
 	f, err := portfwd.Start(portfwd.Options{
 		NodeNetns: node.f,
-		Target:    func() (netip.Addr, error) { return portfwd.InterfaceIPv4(vmspec.PodInterface) },
+		Target:    func() (netip.Addr, error) { return portfwd.InterfaceIPv4(ocikeys.PodInterface) },
 		// containerd reports each failure to the client; a pod that
 		// makes many must not fill the node's log.
 		OnError: func(err error) { logger.WithError(err).Debug("port-forward") },

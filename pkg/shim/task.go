@@ -15,8 +15,8 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/vmpod/vmpod/pkg/ocikeys"
 	"github.com/vmpod/vmpod/pkg/podcgroup"
-	"github.com/vmpod/vmpod/pkg/vmspec"
 )
 
 // task is one containerd task of the pod: its state machine and events;
@@ -102,7 +102,7 @@ func (s *service) create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 	}
 	t := &task{id: r.ID, bundle: r.Bundle, st: newStateBox(), svc: s,
 		io: taskIO{stdin: r.Stdin, stdout: r.Stdout, stderr: r.Stderr, terminal: r.Terminal}}
-	if oci.Annotations[vmspec.CRIContainerType] == vmspec.CRIContainerTypeSbx {
+	if oci.Annotations[ocikeys.CRIContainerType] == ocikeys.CRIContainerTypeSbx {
 		t.body = sandboxBody{t}
 		return t, s.createSandbox(ctx, t, oci)
 	}

@@ -7,25 +7,28 @@ import (
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/vmpod/vmpod/pkg/ocikeys"
 )
 
-// Annotations containerd's CRI plugin puts on the OCI spec of each task.
+// Annotations containerd's CRI plugin puts on the OCI spec of each task
+// (pkg/ocikeys, which the shim reads without this package).
 const (
-	CRIContainerType     = "io.kubernetes.cri.container-type"
-	CRIContainerName     = "io.kubernetes.cri.container-name"
-	CRIImageName         = "io.kubernetes.cri.image-name"
-	CRISandboxID         = "io.kubernetes.cri.sandbox-id"
-	CRISandboxName       = "io.kubernetes.cri.sandbox-name"
-	CRISandboxNamespace  = "io.kubernetes.cri.sandbox-namespace"
-	CRISandboxUID        = "io.kubernetes.cri.sandbox-uid"
-	CRISandboxMemory     = "io.kubernetes.cri.sandbox-memory"
-	CRIContainerTypeSbx  = "sandbox"
-	CRIContainerTypeCntr = "container"
+	CRIContainerType     = ocikeys.CRIContainerType
+	CRIContainerName     = ocikeys.CRIContainerName
+	CRIImageName         = ocikeys.CRIImageName
+	CRISandboxID         = ocikeys.CRISandboxID
+	CRISandboxName       = ocikeys.CRISandboxName
+	CRISandboxNamespace  = ocikeys.CRISandboxNamespace
+	CRISandboxUID        = ocikeys.CRISandboxUID
+	CRISandboxMemory     = ocikeys.CRISandboxMemory
+	CRIContainerTypeSbx  = ocikeys.CRIContainerTypeSbx
+	CRIContainerTypeCntr = ocikeys.CRIContainerTypeCntr
 )
 
 // PodInterface is the interface the CRI's CNI call makes in a pod's
 // network namespace, whose address is the pod IP the guest takes over.
-const PodInterface = "eth0"
+const PodInterface = ocikeys.PodInterface
 
 // FromOCI builds the Spec from the OCI runtime spec of the VM's container task,
 // as containerd hands it to a shim: the pod's vmpod.io/ annotations (passed
