@@ -11,6 +11,12 @@
 // where it was after a lost connection), and the cancel of each exec in
 // flight.
 //
+// At its start, after taking running VMs over, the daemon releases the
+// stopped VMs of pods no shim serves any more (after a reboot nobody
+// else would): it finds the shims by their command lines in /proc, so it
+// must share their PID namespace, as the systemd unit on the host and a
+// kind node's processes do.
+//
 // Errors keep their errdefs class and become ttrpc status codes once,
 // in the interceptor (and in the two streaming calls, which it does not
 // see).
