@@ -12,5 +12,7 @@
 //
 // This package does no I/O. It may import the standard library, the
 // Kubernetes API types, the OCI runtime-spec types and containerd's errdefs;
-// it imports no other vmpod package, and every other vmpod package may import it.
+// of vmpod it imports pkg/ocikeys alone (the CRI's annotation keys, which
+// the shim reads without this package), and every other vmpod package may
+// import it.
 package vmspec

@@ -27,7 +27,7 @@
 // memory is counted. cmd/scheduler-plugin builds the plugin into a
 // kube-scheduler.
 //
-// Imports: pkg/vmspec, the Kubernetes API types and apimachinery,
+// Imports: pkg/vmspec (and its pkg/ocikeys), the Kubernetes API types and apimachinery,
 // client-go's informers (the framework handle's node informer), and the
 // scheduler framework (k8s.io/kube-scheduler/framework and
 // k8s.io/kubernetes/pkg/scheduler/...). Never pkg/convert, pkg/virt,
