@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
@@ -122,6 +123,10 @@ func (s *Service) undoLeftover(ctx context.Context, in *instance, reason, messag
 	s.stopped(ctx, in, exit)
 }
 
+// orphanWait bounds how long ReleaseOrphans waits for the VMs of unserved
+// pods that Recover found running to be recorded stopped.
+var orphanWait = 5 * time.Second
+
 // ReleaseOrphans removes, after Recover, the stopped VMs of the pods that
 // owned says nobody serves any more (owned gets a sandbox id, or the
 // first digits of one that name a pod's dir), and releases those pods (their dirs,
@@ -136,6 +141,20 @@ func (s *Service) ReleaseOrphans(ctx context.Context, owned func(podID string) b
 		if r := in.Get(); !owned(r.PodID) {
 			orphans = append(orphans, r)
 			pods[r.PodID] = true
+		}
+	}
+	// A VM taken over whose QEMU was gone is recorded stopped by its
+	// wait, a moment after Recover: wait for that (bounded, together).
+	wctx, cancel := context.WithTimeout(ctx, orphanWait)
+	defer cancel()
+	for i, r := range orphans {
+		if r.State == Stopped {
+			continue
+		}
+		if _, err := s.Wait(wctx, r.ID); err == nil {
+			if in, err := s.get(r.ID); err == nil {
+				orphans[i] = in.Get()
+			}
 		}
 	}
 	for _, r := range orphans {

@@ -264,8 +264,20 @@ func TestReleaseOrphans(t *testing.T) {
 	s.vms["running"] = running
 	s.mu.Unlock()
 
+	// One taken over whose QEMU was gone: recorded stopped by its wait a
+	// moment later, as after a reboot.
+	const late = "eeeeeeeeeeeeeeee5555"
+	stopping := newInstance(s.cfg, Record{ID: "stopping", PodID: late, State: Running})
+	s.mu.Lock()
+	s.vms["stopping"] = stopping
+	s.mu.Unlock()
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		s.stopped(ctx, stopping, Exit{Status: 1, Reason: "QEMUFailed"})
+	}()
+
 	released := s.ReleaseOrphans(ctx, func(id string) bool { return strings.HasPrefix(served, id) })
-	want := []string{gone, bare[:16]}
+	want := []string{gone, bare[:16], late}
 	if diff := cmp.Diff(want, released, cmpSorted); diff != "" {
 		t.Errorf("released pods (-want +got):\n%s", diff)
 	}
