@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // servedPods lists the sandbox ids that a vmpod shim running on the
@@ -12,7 +13,8 @@ import (
 // "shim ... -id <sandbox id> ..." (pkg/shim's manager), or
 // containerd-shim-vmpod-v2's with the same flags as containerd starts it,
 // for `start` or for the `delete` of a dead shim's bundle, which calls the
-// daemon too. A process that ends while it is read is skipped.
+// daemon too. Only root's processes count. A process that ends while it
+// is read is skipped.
 func servedPods(procDir string) (map[string]bool, error) {
 	entries, err := os.ReadDir(procDir)
 	if err != nil {
@@ -21,6 +23,11 @@ func servedPods(procDir string) (map[string]bool, error) {
 	pods := map[string]bool{}
 	for _, e := range entries {
 		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		// A shim runs as root: a process of another uid (a QEMU of the
+		// jail's, rewriting its own argv) names no pod.
+		if fi, err := os.Stat(filepath.Join(procDir, e.Name())); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 0 {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(procDir, e.Name(), "cmdline"))
