@@ -95,7 +95,7 @@ fuzz:
 # (BenchmarkSchedulingThroughput: pods/s with the default plugins and with
 # VMPlacement on 1,000 and 5,000 nodes, their ratio, and the time per pod
 # of each extension point; docs/scheduler.md); then the pieces (converter,
-# jail, image intake, exec through the guest agent).
+# jail, image intake, the overlay, exec through the guest agent).
 bench: deps guest
 	@echo '== start'
 	$(GO) test -run '^$$' -bench BenchmarkStartPhases -benchtime 5x -timeout 20m ./pkg/shim
@@ -111,6 +111,7 @@ bench: deps guest
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/convert
 	$(GO) test -run '^$$' -bench 'BenchmarkJail|BenchmarkNoJail' -benchtime 50x ./pkg/jail
 	$(GO) test -run '^$$' -bench BenchmarkImageIntake -benchtime 20x ./pkg/vm
+	$(GO) test -run '^$$' -bench BenchmarkOverlay -benchtime 20x ./internal/qcow2
 	$(GO) test -run '^$$' -bench BenchmarkExec -benchtime 20x ./pkg/vm
 
 clean:

@@ -1,6 +1,5 @@
 // Command vmpod-qemu is vmpod's jailer: libvirt starts it in place of
-// QEMU, as the emulator every vmpod domain names, and the runtime runs
-// qemu-img through it. It reads the VM's jail spec (named by $VMPOD_JAIL),
+// QEMU, as the emulator every vmpod domain names. It reads the VM's jail spec (named by $VMPOD_JAIL),
 // enters the container's cgroup, builds QEMU's jail (its own uid, a mount
 // namespace with only the VM's files, no capabilities) and execs QEMU.
 // Without a spec it only runs QEMU for libvirt's capability probe. See

@@ -41,11 +41,13 @@
 // makes QEMU install its own deny list on top (-sandbox on,...) once it
 // has started.
 //
-// qemu-img, which reads the pod author's disk before QEMU ever runs (pkg/vm),
-// runs through the same jailer with a spec of its own: the pod's uid, the
-// image's disk read-only (or the overlay it makes read-write) and nothing
-// else of the host but the system, and, since qemu-img has no -sandbox, the
-// jailer's deny list (ProfileImageTool, seccomp.go).
+// A tool run on a pod's files runs through the same jailer with a spec of
+// its own: the pod's uid, the files it works on and nothing else of the
+// host but the system, and, for a tool without a filter of its own, the
+// jailer's deny list (ProfileImageTool, seccomp.go). qemu-img was such a
+// tool until pkg/vm read the disk's header and wrote the overlay in Go
+// (internal/qcow2); nothing of vmpod's runs one now, and issue 24's
+// virtiofsd is the next.
 // The jailer exits ExitFailed when it cannot jail or exec the program.
 //
 // Without EnvSpec the jailer only runs QEMU for libvirt's capability probe

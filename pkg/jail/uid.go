@@ -145,7 +145,7 @@ var KillWait = 10 * time.Second
 
 // killUID sends SIGKILL to every process that runs as uid (real,
 // effective, saved or filesystem) and waits until none is left. A
-// process of a jail's uid is a QEMU or qemu-img of that jail, or what
+// process of a jail's uid is a QEMU (or a tool) of that jail, or what
 // one of them started: nothing else runs as it (Range).
 func killUID(uid uint32) error {
 	r := Range{First: uid, Count: 1}

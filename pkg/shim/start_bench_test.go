@@ -480,7 +480,7 @@ func (r *refProcess) prepare(ctx context.Context) (vm.Layout, string, error) {
 		errs = append(errs, vm.ReleaseJail(r.cfg.Root, l), os.RemoveAll(dir))
 		return errors.Join(errs...)
 	}
-	img, err := vm.InspectImage(ctx, r.cfg.Rootfs, j, l)
+	img, err := vm.InspectImage(r.cfg.Rootfs)
 	if err != nil {
 		return l, "", errors.Join(err, r.release(dir))
 	}

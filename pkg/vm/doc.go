@@ -1,7 +1,7 @@
 // Package vm is one VM's life on a node, whatever front door asked for it
 // (the containerd shim, the CRI server). A front door translates its
 // request into a Request and gets a VM: Create does image intake (the
-// containerdisk mounted and checked, qemu-img in the pod's QEMU jail),
+// containerdisk mounted, its qcow2 header checked in Go, internal/qcow2),
 // the node's Env (hypervisor, host) opened through the front door's
 // Opener, the overhead
 // checked against the pod's limit, the pod network taken over, block
@@ -31,6 +31,7 @@
 // the VM (hack/overhead).
 //
 // It may import vmspec, convert, host, virt, jail, podnet, podcgroup,
+// internal/nsthread and internal/qcow2 (the disk header read, the overlay written),
 // containerd's mount, errdefs and log packages, the OCI runtime spec and the
 // standard library; never libvirt's binding (the front door's Opener
 // brings the connection). The shim and the CRI server import it, never

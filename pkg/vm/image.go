@@ -1,7 +1,6 @@
 package vm
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -33,14 +32,13 @@ type Image struct {
 
 // InspectImage is FindImage, then the check of the disk's content
 // (inspectDisk): everything the runtime refuses in an image, before a VM
-// is made for it. qemu-img reads the disk in j, the jail of the QEMU of
-// the pod laid out at l.
-func InspectImage(ctx context.Context, rootfs string, j Jail, l Layout) (Image, error) {
+// is made for it.
+func InspectImage(rootfs string) (Image, error) {
 	img, err := FindImage(rootfs)
 	if err != nil || img.Disk == "" {
 		return img, err
 	}
-	info, err := inspectDisk(ctx, qemuImgJail{Jail: j, Layout: l}, img.Disk, img.DiskFormat)
+	info, err := inspectDisk(img.Disk, img.DiskFormat)
 	if err != nil {
 		return Image{}, err
 	}

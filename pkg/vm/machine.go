@@ -112,16 +112,15 @@ func (rt *Runtime) Create(ctx context.Context, cfg Config) (_ *Machine, retErr e
 		return nil, fmt.Errorf("state dir: %v: %w", err, errdefs.ErrInternal)
 	}
 	if cfg.Image.Disk != "" {
-		q := qemuImgJail{Jail: cfg.Jail, Layout: l}
 		size := cfg.Image.DiskSize
 		if size == 0 { // not through InspectImage
-			info, err := inspectDisk(ctx, q, cfg.Image.Disk, cfg.Image.DiskFormat)
+			info, err := inspectDisk(cfg.Image.Disk, cfg.Image.DiskFormat)
 			if err != nil {
 				return nil, err
 			}
 			size = info.VirtualSize
 		}
-		if err := createOverlay(ctx, q, cfg.Image.Disk, cfg.Image.DiskFormat, size, l.Overlay()); err != nil {
+		if err := createOverlay(cfg.Image.Disk, cfg.Image.DiskFormat, size, l.Overlay(), cfg.Jail.UID, cfg.Jail.GID); err != nil {
 			return nil, err
 		}
 		defer func() {

@@ -27,8 +27,8 @@ import (
 type Request struct {
 	Spec   vmspec.Spec
 	Layout Layout
-	// Jail is the pod's QEMU jail (LeaseJail). qemu-img reads the image
-	// in it before the Opener runs, and QEMU runs in it.
+	// Jail is the pod's QEMU jail (LeaseJail): QEMU runs in it, and its
+	// uid owns the overlay.
 	Jail Jail
 	// Rootfs is the containerdisk's root on the host, a directory. When
 	// RootfsMounts are given, Create mounts them on it first (and the undo
@@ -133,7 +133,7 @@ func Create(ctx context.Context, req Request, open Opener) (_ *VM, retErr error)
 			return nil, fmt.Errorf("mount the image: %v: %w", err, errdefs.ErrInternal)
 		}
 	}
-	img, err := InspectImage(ctx, req.Rootfs, req.Jail, req.Layout)
+	img, err := InspectImage(req.Rootfs)
 	if err != nil {
 		return nil, fmt.Errorf("image %s: %w", req.Spec.Image, err)
 	}
