@@ -64,30 +64,21 @@
 //     (CrashLoopBackOff, the back-off then delays the start once room is
 //     made: 57 s by hand), on the VM-only node the sandbox (no restart
 //     counted): the shim's sandbox could refuse first.
-//   - Issue 27, left: create -> /init 1.38x bare QEMU (goal 1.15x); the
-//     shim at 4.6 MiB PSS a pod with 50 pods (goal 4; Kubernetes' API is
-//     out of it now, pkg/ocikeys); internal/qcow2 into intake and the
-//     overlay's header written in Go (81 ms of qemu-img).
-//   - Start cost: the qemu phase is cut from 795 to 335 ms (vmpod-qemu,
-//     the masked guest-CPU read-back; docs/benchmarks.md); create ->
-//     first serial line is 1.46x bare QEMU (the issue's 1.5x), create ->
-//     /init 1.38x (the issue asks 1.15x), where vmpod equals the libvirt
-//     reference (0.98x). The rest is the guest's boot under libvirt's
-//     QEMU, not vmpod: its command-line differences, tried one at a time,
-//     changed nothing beyond TCG's run-to-run spread. Next: the tap's
-//     move and wiring out of the paused window (prepare is 49-50 ms since
-//     the tap is made in the node's namespace: the jailer could move it
-//     as it starts, the daemon wire it while QEMU starts); a QEMU trace
-//     of both to /init; intake's and the overlay's qemu-img runs (81 ms,
-//     a qcow2 header read and written in Go: internal/qcow2 reads and
-//     checks the header, tested against qemu-img's and fuzzed, and is not
-//     wired into pkg/vm's inspectDisk yet; writing the overlay's header
-//     is next).
+//   - Issue 27, start cost: done. The tap is moved and wired while
+//     libvirt starts QEMU (vm.wireEarly, once QEMU's jailer is in the
+//     container's cgroup), the intake reads the qcow2 header and the
+//     overlay is written in Go (internal/qcow2): on a 2-core TCG machine
+//     create -> first serial line went 1.66x -> 0.85-1.11x bare QEMU,
+//     create -> /init 1.11x -> 0.99-1.04x (docs/benchmarks.md; bare
+//     QEMU's first line swings 191-379 ms between runs, read the medians).
 //   - Per-pod cost (BenchmarkShimFootprint, docs/shim-memory.md): the
 //     daemon is at 0.6 MiB per pod (malloc trimmed after each start and
-//     removal), within the issue's 1 MiB; the shim at 4.9 MiB PSS with 50
-//     pods (Go heap 2.5, the runtime's other memory 2.0), not within 4:
-//     GOGC does not move it.
+//     removal), within the issue's 1 MiB; the shim at 4.6 MiB PSS with 50
+//     pods, 5.4-5.6 with 10, not within 4: it is at the Go runtime's
+//     floor (GOMAXPROCS, GOGC, memprofilerate, the old GC: none moves it
+//     a tenth of a MiB). What would reach it: one shim process serving
+//     several pods (a start command answering with a running shim's
+//     address), one failure domain for them; not done.
 //
 // Also done: test/e2e TestKillMatrix (issue 28, item 11; the table in
 // docs/reliability.md): kubelet, containerd, the runtime, a pod's shim,
