@@ -14,7 +14,8 @@ import (
 // virtual size, and refcounts of at most 64 bits. The seeds
 // (testdata/fuzz) are headers qemu-img wrote: plain, version 2, with a
 // backing file, an external data file, encryption, an overlay of 10 GiB
-// and one of 8 TiB, an image with a snapshot.
+// and one of 8 TiB, an image with a snapshot. DataFileName walks any
+// header's extensions without a panic and returns bytes of the image.
 func FuzzReadHeader(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte("QFI\xfb"))
@@ -26,6 +27,9 @@ func FuzzReadHeader(f *testing.F) {
 		}
 		if h.Version != 2 && h.Version != 3 {
 			t.Fatalf("version %d read without an error", h.Version)
+		}
+		if name := DataFileName(bytes.NewReader(b), h); len(name) > maxExtName || !bytes.Contains(b, []byte(name)) {
+			t.Fatalf("DataFileName = %q: longer than %d bytes or not in the image", name, maxExtName)
 		}
 		for _, fileSize := range []int64{int64(len(b)), 1 << 62} {
 			if h.CheckLayout(fileSize) == nil {

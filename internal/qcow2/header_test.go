@@ -37,19 +37,20 @@ func qemuImg(t *testing.T, args ...string) []byte {
 func TestHeaders(t *testing.T) {
 	const maxSize = 4 << 40
 	for _, tc := range []struct {
-		name    string
-		args    []string
-		version uint32
-		size    uint64
-		refused string // in Check's error; "": accepted
+		name     string
+		args     []string
+		version  uint32
+		size     uint64
+		refused  string // in Check's error; "": accepted
+		dataFile string // DataFileName's suffix; "" for none
 	}{
-		{"plain", []string{"create", "-f", "qcow2", "DIR/x.qcow2", "64M"}, 3, 64 << 20, ""},
-		{"compat 0.10", []string{"create", "-f", "qcow2", "-o", "compat=0.10", "DIR/x.qcow2", "1G"}, 2, 1 << 30, ""},
+		{"plain", []string{"create", "-f", "qcow2", "DIR/x.qcow2", "64M"}, 3, 64 << 20, "", ""},
+		{"compat 0.10", []string{"create", "-f", "qcow2", "-o", "compat=0.10", "DIR/x.qcow2", "1G"}, 2, 1 << 30, "", ""},
 		{"64 KiB clusters, lazy refcounts, zstd, extended L2", []string{"create", "-f", "qcow2", "-o",
-			"cluster_size=65536,lazy_refcounts=on,compression_type=zstd,extended_l2=on", "DIR/x.qcow2", "2G"}, 3, 2 << 30, ""},
-		{"a backing file", []string{"create", "-f", "qcow2", "-u", "-b", "/etc/shadow", "-F", "raw", "DIR/x.qcow2", "1M"}, 3, 1 << 20, "backing file"},
-		{"an external data file", []string{"create", "-f", "qcow2", "-o", "data_file=DIR/data.raw", "DIR/x.qcow2", "1M"}, 3, 1 << 20, "external data file"},
-		{"above the maximum", []string{"create", "-f", "qcow2", "DIR/x.qcow2", "5T"}, 3, 5 << 40, "above the maximum"},
+			"cluster_size=65536,lazy_refcounts=on,compression_type=zstd,extended_l2=on", "DIR/x.qcow2", "2G"}, 3, 2 << 30, "", ""},
+		{"a backing file", []string{"create", "-f", "qcow2", "-u", "-b", "/etc/shadow", "-F", "raw", "DIR/x.qcow2", "1M"}, 3, 1 << 20, "backing file", ""},
+		{"an external data file", []string{"create", "-f", "qcow2", "-o", "data_file=DIR/data.raw", "DIR/x.qcow2", "1M"}, 3, 1 << 20, "external data file", "/data.raw"},
+		{"above the maximum", []string{"create", "-f", "qcow2", "DIR/x.qcow2", "5T"}, 3, 5 << 40, "above the maximum", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := qemuImg(t, tc.args...)
@@ -59,6 +60,9 @@ func TestHeaders(t *testing.T) {
 			}
 			if h.Version != tc.version || h.Size != tc.size {
 				t.Errorf("version %d, size %d; want %d, %d", h.Version, h.Size, tc.version, tc.size)
+			}
+			if name := DataFileName(bytes.NewReader(b), h); tc.dataFile != "" && !strings.HasSuffix(name, tc.dataFile) || tc.dataFile == "" && name != "" {
+				t.Errorf("DataFileName = %q, want one ending in %q", name, tc.dataFile)
 			}
 			err = h.Check(maxSize)
 			switch {

@@ -70,7 +70,7 @@ var hostileImages = []hostile{
 	}, `has a backing file ("/dev/sda")`},
 	{"external data file", func(t *testing.T, root, host string) {
 		qemuImg(t, "create", "-q", "-f", "qcow2", "-o", "data_file="+filepath.Join(host, "secret")+",data_file_raw=on", filepath.Join(root, "disk", "disk.qcow2"), "1M")
-	}, `has an external data file`},
+	}, `has an external data file ("/`},
 	{"/disk a symlink to a host directory", func(t *testing.T, root, host string) {
 		os.Remove(filepath.Join(root, "disk"))
 		symlink(t, host, filepath.Join(root, "disk"))

@@ -62,7 +62,7 @@ func inspectDisk(path, format string) (diskInfo, error) {
 	case h.BackingFileOffset != 0 || h.BackingFileSize != 0:
 		return bad("has a backing file (%q); a containerdisk's disk must stand alone", backingName(f, h))
 	case h.IncompatFeatures&qcow2.IncompatDataFile != 0:
-		return bad("has an external data file; a containerdisk's disk must stand alone")
+		return bad("has an external data file (%q); a containerdisk's disk must stand alone", qcow2.DataFileName(f, h))
 	}
 	if info, err := checkSize(bad, h.Size); err != nil {
 		return info, err
