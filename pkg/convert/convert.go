@@ -26,6 +26,9 @@ type Paths struct {
 	BaseFormat string
 	// Volumes maps each vmspec.Volume name to its host block device.
 	Volumes map[string]string
+	// Shares maps each vmspec.Share tag to the unix socket of the file
+	// server (virtiofsd) the runtime started for it.
+	Shares map[string]string
 	// CloudInitISO is the NoCloud seed image; required when Spec.CloudInit is set.
 	CloudInitISO string
 	// NVRAM is the VM's own UEFI variable store; required for UEFI.
@@ -77,6 +80,7 @@ func steps(s vmspec.Spec, h host.Host, accel host.Accel, p Paths) []step {
 		{"disks", func(d *libvirtxml.Domain) error {
 			return disks(d, s.DiskBus, boot, p.RootDisk, p.BaseDisk, p.BaseFormat, s.Volumes, p.Volumes)
 		}},
+		{"filesystems", func(d *libvirtxml.Domain) error { return filesystems(d, s.Shares, p.Shares) }},
 		{"cloud-init", func(d *libvirtxml.Domain) error { return cloudInit(d, s.CloudInit != nil, p.CloudInitISO) }},
 		{"network", func(d *libvirtxml.Domain) error { return network(d, s.NICs, p.NICs) }},
 		{"console", func(d *libvirtxml.Domain) error { return console(d, s.Console, p.Console) }},

@@ -45,12 +45,14 @@ func goldenCases() []struct {
 	name  string
 	host  string
 	pod   *PodWrapper
+	spec  func(*vmspec.Spec) // what FromPod does not make yet; nil for nothing
 	paths func(*convert.Paths)
 } {
 	return []struct {
 		name  string
 		host  string
 		pod   *PodWrapper
+		spec  func(*vmspec.Spec)
 		paths func(*convert.Paths)
 	}{
 		{
@@ -92,6 +94,22 @@ func goldenCases() []struct {
 			paths: func(p *convert.Paths) { p.Kernel, p.Initrd = "", "" },
 		},
 		{
+			// Filesystem volumes the guest mounts from virtio-fs shares
+			// (issue 24): each served by a file server at its socket; the
+			// guest's RAM then in a shared memfd.
+			name: "volumes-virtiofs-tcg", host: hostcaps.TCG,
+			pod: MakePod("app").Memory("256Mi"),
+			spec: func(s *vmspec.Spec) {
+				s.Shares = []vmspec.Share{vmspec.NewShare("/etc/config", true), vmspec.NewShare("/var/lib/app", false)}
+			},
+			paths: func(p *convert.Paths) {
+				p.Shares = map[string]string{
+					vmspec.ShareTag("/etc/config"):  state + "/vm/fs-0.sock",
+					vmspec.ShareTag("/var/lib/app"): state + "/vm/fs-1.sock",
+				}
+			},
+		},
+		{
 			name: "headless-no-network-tcg", host: hostcaps.TCG,
 			pod: MakePod("job").Memory("128Mi").
 				Annotation(vmspec.AnnotationConsole, "off").
@@ -104,7 +122,7 @@ func goldenCases() []struct {
 func TestGolden(t *testing.T) {
 	for _, tc := range goldenCases() {
 		t.Run(tc.name, func(t *testing.T) {
-			got := render(t, tc.host, tc.pod, tc.paths)
+			got := render(t, tc.host, tc.pod, tc.spec, tc.paths)
 			file := filepath.Join("testdata", tc.name+".xml")
 			if *update {
 				if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
@@ -122,11 +140,14 @@ func TestGolden(t *testing.T) {
 	}
 }
 
-func render(t testing.TB, hostName string, pod *PodWrapper, edit func(*convert.Paths)) string {
+func render(t testing.TB, hostName string, pod *PodWrapper, editSpec func(*vmspec.Spec), edit func(*convert.Paths)) string {
 	t.Helper()
 	s, err := vmspec.FromPod(pod.Obj())
 	if err != nil {
 		t.Fatal(err)
+	}
+	if editSpec != nil {
+		editSpec(&s)
 	}
 	p := paths()
 	edit(&p)

@@ -220,6 +220,29 @@ func TestSteps(t *testing.T) {
 			}}}},
 		},
 		{
+			name:  "no shares: no filesystem, private memory",
+			apply: func(d *libvirtxml.Domain) error { return filesystems(d, nil, nil) },
+			want:  libvirtxml.Domain{},
+		},
+		{
+			name: "a share is a virtio-fs device on its server's socket, memory shared",
+			apply: func(d *libvirtxml.Domain) error {
+				sh := vmspec.NewShare("/etc/config", true)
+				return filesystems(d, []vmspec.Share{sh}, map[string]string{sh.Tag: "/s/fs-0.sock"})
+			},
+			want: libvirtxml.Domain{
+				MemoryBacking: &libvirtxml.DomainMemoryBacking{
+					MemorySource: &libvirtxml.DomainMemorySource{Type: "memfd"},
+					MemoryAccess: &libvirtxml.DomainMemoryAccess{Mode: "shared"},
+				},
+				Devices: &libvirtxml.DomainDeviceList{Filesystems: []libvirtxml.DomainFilesystem{{
+					Driver: &libvirtxml.DomainFilesystemDriver{Type: "virtiofs", Queue: 1024},
+					Source: &libvirtxml.DomainFilesystemSource{Mount: &libvirtxml.DomainFilesystemSourceMount{Socket: "/s/fs-0.sock"}},
+					Target: &libvirtxml.DomainFilesystemTarget{Dir: "vmpod:config_d20e9af1"},
+				}}},
+			},
+		},
+		{
 			name: "network joins the runtime's tap with the pod's MAC",
 			apply: func(d *libvirtxml.Domain) error {
 				return network(d, []vmspec.NIC{{Name: "eth0"}}, map[string]NIC{"eth0": {Tap: "tap0", MAC: "0a:58:00:00:00:01"}})
@@ -352,6 +375,9 @@ func TestStepErrors(t *testing.T) {
 			errdefs.IsInternal, "paths: Console is required"},
 		{"cloud-init without seed", func(d *libvirtxml.Domain) error { return cloudInit(d, true, "") },
 			errdefs.IsInternal, "paths: CloudInitISO is required"},
+		{"share without its server's socket", func(d *libvirtxml.Domain) error {
+			return filesystems(d, []vmspec.Share{vmspec.NewShare("/data", false)}, map[string]string{"vmpod:other_00000000": "/s"})
+		}, errdefs.IsInternal, `paths: Shares["vmpod:data_`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

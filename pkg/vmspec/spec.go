@@ -24,6 +24,9 @@ type Spec struct {
 	DiskBus DiskBus
 	// Volumes are the pod's block volumes (volumeDevices), in pod order.
 	Volumes []Volume
+	// Shares are the pod's filesystem volumes the guest mounts from
+	// virtio-fs shares, in the order of their mount paths (SortShares).
+	Shares []Share
 	// CloudInit is nil when the pod asks for no cloud-init data.
 	CloudInit *CloudInit
 	// NICs are the guest's network interfaces; one, joined to the pod

@@ -60,6 +60,7 @@ func (s Spec) Validate() error {
 		add(invalid(AnnotationKernelCmdline, s.Boot.Cmdline, "applies to direct kernel boot only, and vmpod.io/boot is disk"))
 	}
 	add(s.validateVolumes())
+	add(s.validateShares())
 	add(s.validateCloudInit())
 	return errors.Join(errs...)
 }
