@@ -1,11 +1,13 @@
 package vmd
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -143,18 +145,21 @@ func (s *Service) ReleaseOrphans(ctx context.Context, owned func(podID string) b
 			pods[r.PodID] = true
 		}
 	}
+	slices.SortFunc(orphans, func(a, b Record) int { return cmp.Compare(a.ID, b.ID) })
 	// A VM taken over whose QEMU was gone is recorded stopped by its
-	// wait, a moment after Recover: wait for that (bounded, together).
+	// wait, a moment after Recover: wait for that (bounded, together),
+	// then read every record again: one may have stopped while another,
+	// which runs on, was waited for.
 	wctx, cancel := context.WithTimeout(ctx, orphanWait)
 	defer cancel()
-	for i, r := range orphans {
-		if r.State == Stopped {
-			continue
+	for _, r := range orphans {
+		if r.State != Stopped {
+			_, _ = s.Wait(wctx, r.ID)
 		}
-		if _, err := s.Wait(wctx, r.ID); err == nil {
-			if in, err := s.get(r.ID); err == nil {
-				orphans[i] = in.Get()
-			}
+	}
+	for i, r := range orphans {
+		if in, err := s.get(r.ID); err == nil {
+			orphans[i] = in.Get()
 		}
 	}
 	for _, r := range orphans {

@@ -265,7 +265,9 @@ func TestReleaseOrphans(t *testing.T) {
 	s.mu.Unlock()
 
 	// One taken over whose QEMU was gone: recorded stopped by its wait a
-	// moment later, as after a reboot.
+	// moment later, as after a reboot, while ReleaseOrphans waits for the
+	// running one ("running" comes first: the orphans are taken in the
+	// order of their ids).
 	const late = "eeeeeeeeeeeeeeee5555"
 	stopping := newInstance(s.cfg, Record{ID: "stopping", PodID: late, State: Running})
 	s.mu.Lock()
