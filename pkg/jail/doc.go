@@ -46,8 +46,18 @@
 // host but the system, and, for a tool without a filter of its own, the
 // jailer's deny list (ProfileImageTool, seccomp.go). qemu-img was such a
 // tool until pkg/vm read the disk's header and wrote the overlay in Go
-// (internal/qcow2); nothing of vmpod's runs one now, and issue 24's
-// virtiofsd is the next.
+// (internal/qcow2).
+//
+// A virtio-fs file server (QEMU 7.2's virtiofsd, for issue 24's volumes)
+// runs in a file server's jail: Spec.Shares shows it the pod's volume
+// dirs (read-only all through where the volume is), Spec.Capabilities
+// keeps it the file-serving capabilities as a uid of its own (never
+// root: the securebits no_setuid_fixup and noroot keep its per-request
+// uid switches from granting or clearing any), and ProfileVirtiofsd lets
+// it build its own sandbox (mount, PID and network namespaces, never a
+// user namespace) and refuses sockets, setns, ptrace, BPF and the rest.
+// TestJailVirtiofsd runs the real server so, with QEMU connected.
+// Groundwork: pkg/vm does not start one yet (docs/design/volumes-virtiofs.md).
 // The jailer exits ExitFailed when it cannot jail or exec the program.
 //
 // Without EnvSpec the jailer only runs QEMU for libvirt's capability probe

@@ -2,6 +2,9 @@ package jail_test
 
 import (
 	"bufio"
+	"fmt"
+	"maps"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -347,12 +351,84 @@ func TestSpecValidate(t *testing.T) {
 		"owned outside":  func(s *jail.Spec) { s.Owned = []string{"/var/lib/vmpod/pods/y/vm/disk.qcow2"} },
 		"owned the dir":  func(s *jail.Spec) { s.Owned = []string{"/var/lib/vmpod/pods/x/vm"} },
 		"owned unclean":  func(s *jail.Spec) { s.Owned = []string{"/var/lib/vmpod/pods/x/vm/../../y"} },
+		"capabilities for QEMU": func(s *jail.Spec) {
+			s.Seccomp, s.Capabilities = jail.ProfileQEMU, []string{"CAP_CHOWN"}
+		},
+		"capabilities without a filter": func(s *jail.Spec) { s.Capabilities = []string{"CAP_CHOWN"} },
+		"a capability no file server keeps": func(s *jail.Spec) {
+			s.Seccomp, s.Capabilities = jail.ProfileVirtiofsd, []string{"CAP_CHOWN", "CAP_NET_ADMIN"}
+		},
+		"share unclean": func(s *jail.Spec) { s.Shares = []jail.Share{{Path: "/var/lib/kubelet/../../etc"}} },
+		"share /":       func(s *jail.Spec) { s.Shares = []jail.Share{{Path: "/"}} },
 	} {
 		s := good
 		mutate(&s)
 		if s.Validate() == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// TestJailShares: a file server's shares are shown at their own paths
+// with what is mounted below them, their files' owners and modes as they
+// are; a read-only one refuses writes all through (EROFS), the mount
+// below it too, and no share lets a set-uid bit or a device node work.
+func TestJailShares(t *testing.T) {
+	j := newTestJail(t)
+	dir := t.TempDir()
+	rw, ro := filepath.Join(dir, "volumes", "data"), filepath.Join(dir, "volumes", "config")
+	sub := filepath.Join(ro, "sub")
+	for _, d := range []string{rw, sub} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(ro, "key"), []byte("value\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(rw, testUID, testUID); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", sub, "tmpfs", 0, "size=64k"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(sub, unix.MNT_DETACH) })
+	j.spec.Shares = []jail.Share{{Path: rw}, {Path: ro, ReadOnly: true}}
+	out, err := jailed(t, j.spec, `
+cat `+ro+`/key
+echo w >`+rw+`/new && echo "rw: ok"
+(echo w >`+ro+`/new) 2>/dev/null || echo "ro: refused"
+(echo w >`+sub+`/new) 2>/dev/null || echo "ro below: refused"
+grep -E " `+rw+` | `+ro+` | `+sub+` " /proc/self/mountinfo`)
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	t.Logf("in the jail:\n%s", out)
+	for _, want := range []string{"value", "rw: ok", "ro: refused", "ro below: refused"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
+	}
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 || !strings.HasPrefix(f[4], dir) {
+			continue
+		}
+		opts := f[5]
+		for _, o := range []string{"nosuid", "nodev", "noexec"} {
+			if !strings.Contains(opts, o) {
+				t.Errorf("%s: mount options %s, want %s", f[4], opts, o)
+			}
+		}
+		if ro := f[4] != rw; ro != strings.HasPrefix(opts, "ro") {
+			t.Errorf("%s: mount options %s, read-only %v", f[4], opts, ro)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(rw, "new")); err != nil || string(b) != "w\n" {
+		t.Errorf("the rw share's new file on the host: %q, %v", b, err)
+	}
+	if st := mustStat(t, filepath.Join(ro, "key")); st.uid != 0 {
+		t.Errorf("the share's file was given to uid %d", st.uid)
 	}
 }
 
@@ -429,5 +505,128 @@ func TestJailNamespaces(t *testing.T) {
 		if f := strings.Fields(line); len(f) > 1 && f[1] == strconv.Itoa(id) {
 			t.Errorf("QEMU sees the node's shared memory segment %d: %s", id, line)
 		}
+	}
+}
+
+// virtiofsd is QEMU 7.2's virtio-fs file server (Debian's
+// qemu-system-common), the one a VM's shares are served by.
+const virtiofsd = "/usr/lib/qemu/virtiofsd"
+
+// started is a process a test started, and its end.
+type started struct {
+	cmd  *exec.Cmd
+	out  strings.Builder
+	done chan struct{} // closed when it ended; err is then its Wait's
+	err  error
+}
+
+func start(t *testing.T, cmd *exec.Cmd) *started {
+	t.Helper()
+	p := &started{cmd: cmd, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = &p.out, &p.out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	t.Cleanup(p.stop)
+	return p
+}
+
+func (p *started) stop() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+func (p *started) ended() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// TestJailVirtiofsd: the real virtio-fs server runs in a file server's
+// jail (its socket handed to it as fd 3, the share in sight) and, once
+// QEMU connects, builds its own sandbox there (namespaces, pivot_root
+// into the share, its own seccomp filter, its capability drop): it then
+// serves as the jail's uid with the file-serving capabilities only, under
+// two filters, and ends by itself when QEMU goes.
+func TestJailVirtiofsd(t *testing.T) {
+	if _, err := os.Stat(virtiofsd); err != nil {
+		t.Fatalf("%s (qemu-system-common, which make deps installs): %v", virtiofsd, err)
+	}
+	j := newTestJail(t)
+	share := filepath.Join(t.TempDir(), "volume")
+	if err := os.Mkdir(share, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	j.spec.QEMU, j.spec.Seccomp = virtiofsd, jail.ProfileVirtiofsd
+	j.spec.Capabilities = slices.Sorted(maps.Keys(jail.FileServerCapabilities))
+	j.spec.Shares = []jail.Share{{Path: share}}
+	link, spec := jailer(t, j.spec)
+
+	sock := filepath.Join(t.TempDir(), "fs.sock")
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.SetUnlinkOnClose(false) // the socket file stays for QEMU; the test's dir goes
+	lf, err := l.File()
+	l.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(link, "--fd=3", "-o", "source="+share, "-o", "cache=auto", "-o", "sandbox=namespace",
+		"-o", "modcaps=-mknod:-setfcap", "-o", "log_level=warn")
+	cmd.Env = []string{jail.EnvSpec + "=" + spec}
+	cmd.ExtraFiles = []*os.File{lf}
+	server := start(t, cmd)
+	lf.Close()
+
+	qemu := start(t, exec.Command("qemu-system-x86_64", "-S", "-nodefaults", "-no-user-config", "-display", "none",
+		"-machine", "q35,memory-backend=mem", "-accel", "tcg", "-m", "64M",
+		"-object", "memory-backend-memfd,id=mem,size=64M,share=on",
+		"-chardev", "socket,id=fs,path="+sock, "-device", "vhost-user-fs-pci,chardev=fs,tag=test"))
+
+	// The server forks once its sandbox's PID namespace is made: the child
+	// serves. Wait (bounded) until it runs under its own filter too.
+	var worker map[string]string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", server.cmd.Process.Pid, server.cmd.Process.Pid)); err == nil {
+			if f := strings.Fields(string(b)); len(f) > 0 {
+				if st, err := os.ReadFile("/proc/" + f[0] + "/status"); err == nil {
+					if worker = statusFields(string(st)); worker["Seccomp_filters"] == "2" {
+						break
+					}
+				}
+			}
+		}
+		switch {
+		case server.ended():
+			t.Fatalf("virtiofsd ended: %v: %s", server.err, server.out.String())
+		case qemu.ended():
+			t.Fatalf("QEMU ended: %v: %s", qemu.err, qemu.out.String())
+		case time.Now().After(deadline):
+			t.Fatalf("virtiofsd's worker never ran under two filters (last %v); server: %s; QEMU: %s", worker, server.out.String(), qemu.out.String())
+		}
+	}
+	t.Logf("virtiofsd's worker: Uid %s, CapEff %s, CapBnd %s, NoNewPrivs %s, Seccomp_filters %s",
+		worker["Uid"], worker["CapEff"], worker["CapBnd"], worker["NoNewPrivs"], worker["Seccomp_filters"])
+	id := strconv.Itoa(testUID)
+	ids := strings.Repeat(id+"\t", 3) + id
+	for k, v := range map[string]string{"Uid": ids, "Gid": ids, "Groups": "", "NoNewPrivs": "1", "Seccomp": "2",
+		"CapEff": "00000000000000db", "CapPrm": "00000000000000db", "CapBnd": "0000000000000000"} {
+		if worker[k] != v {
+			t.Errorf("virtiofsd's worker: %s %q, want %q", k, worker[k], v)
+		}
+	}
+
+	// QEMU goes: the server ends by itself.
+	qemu.stop()
+	select {
+	case <-server.done:
+	case <-time.After(30 * time.Second):
+		t.Errorf("virtiofsd still runs 30 s after QEMU went: %s", server.out.String())
 	}
 }

@@ -118,7 +118,11 @@ func jailAndExec(specPath string, args []string) error {
 	if err := limit(s.FileSizeLimit); err != nil {
 		return err
 	}
-	if err := dropPrivileges(s.UID, s.GID, last); err != nil {
+	keep := make([]uintptr, 0, len(s.Capabilities))
+	for _, c := range s.Capabilities {
+		keep = append(keep, FileServerCapabilities[c]) // Validate allowed only these
+	}
+	if err := dropPrivileges(s.UID, s.GID, last, keep); err != nil {
 		return err
 	}
 	env := []string{}
@@ -344,6 +348,11 @@ func buildRoot(s Spec, readOnly []string) error {
 			return err
 		}
 	}
+	for _, sh := range s.Shares {
+		if err := bindShare(sh, in(sh.Path)); err != nil {
+			return err
+		}
+	}
 
 	if err := os.Chdir(root); err != nil {
 		return err
@@ -385,6 +394,34 @@ func bind(src, dst string, flags uintptr) error {
 	}
 	if err := unix.Mount("", dst, "", unix.MS_REMOUNT|unix.MS_BIND|flags, ""); err != nil {
 		return fmt.Errorf("remount %s: %w", src, err)
+	}
+	return nil
+}
+
+// bindShare shows a file server's share at dst with what is mounted below
+// it, nosuid, nodev and noexec all through, and read-only all through
+// when the share is: mount_setattr reaches the mounts below it too, which
+// a bind's remount would not.
+func bindShare(sh Share, dst string) error {
+	fi, err := os.Stat(sh.Path)
+	if err != nil {
+		return fmt.Errorf("share %s: %w", sh.Path, err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("share %s: not a dir", sh.Path)
+	}
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount(sh.Path, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind share %s: %w", sh.Path, err)
+	}
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC}
+	if sh.ReadOnly {
+		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+	}
+	if err := unix.MountSetattr(unix.AT_FDCWD, dst, unix.AT_RECURSIVE, &attr); err != nil {
+		return fmt.Errorf("share %s: mount attributes: %w", sh.Path, err)
 	}
 	return nil
 }
@@ -455,9 +492,12 @@ func limit(fileSize uint64) error {
 }
 
 // dropPrivileges leaves this thread with uid and gid, no supplementary
-// groups and no capability in any set. Raw syscalls: they act on this
-// thread alone, which is the one that execs.
-func dropPrivileges(uid, gid uint32, last int) error {
+// groups and no capability in any set but keep's. Raw syscalls: they act
+// on this thread alone, which is the one that execs.
+func dropPrivileges(uid, gid uint32, last int, keep []uintptr) error {
+	if len(keep) > 0 {
+		return dropKeeping(uid, gid, last, keep)
+	}
 	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); e != 0 {
 		return fmt.Errorf("setgroups: %w", e)
 	}
@@ -481,6 +521,71 @@ func dropPrivileges(uid, gid uint32, last int) error {
 	var data [2]unix.CapUserData
 	if err := unix.Capset(&hdr, &data[0]); err != nil {
 		return fmt.Errorf("capset: %w", err)
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	return nil
+}
+
+// The securebits (linux/securebits.h): no_setuid_fixup keeps the
+// capability sets as they are across uid changes, noroot grants none to
+// uid 0 at exec, keep_caps (locked off) is then moot; each locked.
+const (
+	secbitNoroot              = 1 << 0
+	secbitNorootLocked        = 1 << 1
+	secbitNoSetuidFixup       = 1 << 2
+	secbitNoSetuidFixupLocked = 1 << 3
+	secbitKeepCapsLocked      = 1 << 5
+)
+
+// dropKeeping is dropPrivileges for a program that keeps the capabilities
+// keep: every other one leaves the bounding set; the securebits make uid
+// changes leave the sets alone, so the switch to uid keeps keep's in the
+// permitted and effective sets; keep is then the inheritable, permitted
+// and effective sets and, raised to ambient, what the program has after
+// the exec.
+func dropKeeping(uid, gid uint32, last int, keep []uintptr) error {
+	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); e != 0 {
+		return fmt.Errorf("setgroups: %w", e)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(gid), uintptr(gid), uintptr(gid)); e != 0 {
+		return fmt.Errorf("setresgid %d: %w", gid, e)
+	}
+	var mask [2]uint32
+	for _, c := range keep {
+		mask[c/32] |= 1 << (c % 32)
+	}
+	for c := 0; c <= last; c++ {
+		if mask[c/32]&(1<<(c%32)) != 0 {
+			continue
+		}
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
+			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
+		}
+	}
+	bits := secbitNoroot | secbitNorootLocked | secbitNoSetuidFixup | secbitNoSetuidFixupLocked | secbitKeepCapsLocked
+	if err := unix.Prctl(unix.PR_SET_SECUREBITS, uintptr(bits), 0, 0, 0); err != nil {
+		return fmt.Errorf("securebits %#x: %w", bits, err)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)); e != 0 {
+		return fmt.Errorf("setresuid %d: %w", uid, e)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	data := [2]unix.CapUserData{
+		{Effective: mask[0], Permitted: mask[0], Inheritable: mask[0]},
+		{Effective: mask[1], Permitted: mask[1], Inheritable: mask[1]},
+	}
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("clear ambient capabilities: %w", err)
+	}
+	for _, c := range keep {
+		if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_RAISE, c, 0, 0); err != nil {
+			return fmt.Errorf("ambient capability %d: %w", c, err)
+		}
 	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)

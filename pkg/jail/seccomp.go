@@ -129,6 +129,54 @@ func cloneThreadsOnly() []unix.SockFilter {
 	}
 }
 
+// virtiofsdAllowed are the calls of deniedSyscalls a virtio-fs file
+// server makes: its sandbox's namespaces (unshare, filtered by its flags),
+// its mounts and pivot_root, its switches to each request's credentials,
+// its capability drop.
+var virtiofsdAllowed = []uintptr{
+	unix.SYS_UNSHARE, unix.SYS_MOUNT, unix.SYS_UMOUNT2, unix.SYS_PIVOT_ROOT,
+	unix.SYS_SETRESUID, unix.SYS_SETRESGID, unix.SYS_CAPSET,
+}
+
+// virtiofsdDenied is ProfileImageTool's list less virtiofsdAllowed: among
+// what stays refused are new user namespaces (unshare's flags), setns,
+// chroot, setgroups, every socket (its one socket is handed to it),
+// ptrace and other processes' memory, BPF, keys and the machine.
+func virtiofsdDenied() []uintptr {
+	return slices.DeleteFunc(slices.Concat(deniedSyscalls, archDeniedSyscalls), func(nr uintptr) bool {
+		return slices.Contains(virtiofsdAllowed, nr)
+	})
+}
+
+// unshareFileServerOnly lets unshare make what a file server's sandbox
+// needs (a filesystem context of a thread's own; mount, PID and network
+// namespaces) and refuses any other flag, a user namespace above all,
+// with EPERM. It falls through, the syscall number still loaded, for
+// other calls.
+func unshareFileServerOnly() []unix.SockFilter {
+	const allowed = unix.CLONE_FS | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET
+	return []unix.SockFilter{
+		bpfJump(jeq, uint32(unix.SYS_UNSHARE), 0, 4),
+		bpfStmt(ldAbs, offArgLo),
+		bpfJump(jset, ^uint32(allowed), 1, 0),
+		bpfStmt(ret, retOK),
+		bpfStmt(ret, retPerm),
+	}
+}
+
+// cloneNoNamespaces lets clone make threads and processes in the
+// process's own namespaces, and refuses a clone into new ones with EPERM.
+// It falls through, the syscall number still loaded, for other calls.
+func cloneNoNamespaces() []unix.SockFilter {
+	return []unix.SockFilter{
+		bpfJump(jeq, uint32(unix.SYS_CLONE), 0, 4),
+		bpfStmt(ldAbs, offArgLo),
+		bpfJump(jset, cloneNamespaces, 1, 0),
+		bpfStmt(ret, retOK),
+		bpfStmt(ret, retPerm),
+	}
+}
+
 // filter is profile's program for this architecture.
 func filter(profile Profile) ([]unix.SockFilter, error) {
 	if auditArch == 0 {
@@ -140,6 +188,13 @@ func filter(profile Profile) ([]unix.SockFilter, error) {
 		p = append(p, denyAll(slices.Concat(deniedSyscalls, archDeniedSyscalls), retPerm)...)
 		p = append(p, denyAll(unimplementedSyscalls, retNoSy)...)
 		p = append(p, cloneThreadsOnly()...)
+		return append(p, bpfStmt(ret, retOK)), nil
+	case ProfileVirtiofsd:
+		p := filterPrologue()
+		p = append(p, denyAll(virtiofsdDenied(), retPerm)...)
+		p = append(p, denyAll(unimplementedSyscalls, retNoSy)...)
+		p = append(p, unshareFileServerOnly()...)
+		p = append(p, cloneNoNamespaces()...)
 		return append(p, bpfStmt(ret, retOK)), nil
 	case ProfileQEMU:
 		return qemuFilter(), nil

@@ -3,9 +3,11 @@ package jail_test
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -36,7 +38,10 @@ func seccompProbe() int {
 		fmt.Println(err)
 		return 1
 	}
-	fmt.Printf("Seccomp: %s\n", statusFields(string(status))["Seccomp"])
+	st := statusFields(string(status))
+	for _, k := range []string{"Seccomp", "NoNewPrivs", "CapEff", "CapAmb", "CapBnd"} {
+		fmt.Printf("%s: %s\n", k, st[k])
+	}
 
 	tid := make(chan int)
 	go func() {
@@ -63,6 +68,7 @@ func seccompProbe() int {
 	say("symlink", unix.Symlinkat("/etc/passwd", unix.AT_FDCWD, "/proc/self/fd/0"))
 	say("getxattr", rawErr(unix.Syscall6(unix.SYS_GETXATTR, 0, 0, 0, 0, 0, 0)))
 	say("unshare", unix.Unshare(unix.CLONE_NEWUSER))
+	credentialSwitch(say)
 	say("mount", unix.Mount("none", "/", "tmpfs", 0, ""))
 	say("ptrace", unix.PtraceAttach(os.Getppid()))
 	say("setuid", unix.Setuid(0))
@@ -73,6 +79,28 @@ func seccompProbe() int {
 		say("x32 getpid", rawErr(unix.Syscall(0x40000000|unix.SYS_GETPID, 0, 0, 0)))
 	}
 	return 0
+}
+
+// credentialSwitch does what a file server does for a request of root's
+// and back, on this thread alone, and says what capabilities it has as
+// euid 0 and after. unshare(CLONE_FS) too: the server's threads each
+// have a filesystem context of their own.
+func credentialSwitch(say func(string, error)) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	say("unshare fs", unix.Unshare(unix.CLONE_FS))
+	eff := func() string {
+		b, _ := os.ReadFile("/proc/thread-self/status")
+		return statusFields(string(b))["CapEff"]
+	}
+	uid := uintptr(os.Getuid())
+	err := rawErr(unix.RawSyscall(unix.SYS_SETRESUID, ^uintptr(0), 0, ^uintptr(0)))
+	say("seteuid 0", err)
+	if err == nil {
+		fmt.Printf("CapEff as euid 0: %s\n", eff())
+		say("seteuid back", rawErr(unix.RawSyscall(unix.SYS_SETRESUID, ^uintptr(0), uid, ^uintptr(0))))
+		fmt.Printf("CapEff back: %s\n", eff())
+	}
 }
 
 func rawErr(_, _ uintptr, e unix.Errno) error {
@@ -139,6 +167,30 @@ func TestJailSeccomp(t *testing.T) {
 		want := refused()
 		want["unix socket"], want["symlink"], want["getxattr"] = "ok", "ENOSYS", "ENOSYS"
 		check(t, run(t, jail.ProfileQEMU), want)
+	})
+	// A file server's: it keeps the capabilities it serves files and
+	// builds its sandbox with, across its switches to euid 0 and back,
+	// makes threads, processes, and a filesystem context of a thread's
+	// own, and still gets no socket, user namespace, ptrace, BPF or key.
+	t.Run("virtiofsd", func(t *testing.T) {
+		j := newTestJail(t)
+		j.spec.QEMU, j.spec.Seccomp = exe, jail.ProfileVirtiofsd
+		j.spec.Capabilities = slices.Sorted(maps.Keys(jail.FileServerCapabilities))
+		link, spec := jailer(t, j.spec)
+		cmd := exec.Command(link, seccompProbeArg)
+		cmd.Env = []string{jail.EnvSpec + "=" + spec, "PATH=/usr/bin:/bin"}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		t.Logf("probe:\n%s", out)
+		const caps = "00000000002001db" // CHOWN DAC_OVERRIDE FOWNER FSETID SETGID SETUID SETPCAP SYS_ADMIN
+		want := refused()
+		want["fork"], want["unix socket"], want["unshare fs"] = "ok", "EPERM", "ok"
+		delete(want, "mount") // its sandbox mounts, in the jail's own namespace
+		want["NoNewPrivs"], want["CapEff"], want["CapAmb"], want["CapBnd"] = "1", caps, caps, caps
+		want["seteuid 0"], want["CapEff as euid 0"], want["seteuid back"], want["CapEff back"] = "ok", caps, "ok", caps
+		check(t, statusFields(string(out)), want)
 	})
 	t.Run("none", func(t *testing.T) {
 		got := run(t, "")

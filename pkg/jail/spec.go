@@ -3,6 +3,7 @@ package jail
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -27,11 +28,38 @@ const (
 	ProfileQEMU Profile = "qemu"
 	// ProfileImageTool is qemu-img's deny list (seccomp.go).
 	ProfileImageTool Profile = "qemu-img"
+	// ProfileVirtiofsd is a virtio-fs file server's deny list
+	// (seccomp.go): what it needs to build its own sandbox (its mount,
+	// PID and network namespaces, pivot_root, its per-request credentials,
+	// its capabilities) and nothing else of ProfileImageTool's list.
+	ProfileVirtiofsd Profile = "virtiofsd"
 )
 
-// Spec is one VM's jail, or the jail of one run of qemu-img on its image.
+// FileServerCapabilities are the capabilities a jail may keep
+// (Spec.Capabilities): a virtio-fs file server's, which serves files as
+// their owners (CHOWN, DAC_OVERRIDE, FOWNER, FSETID, SETGID, SETUID),
+// builds its own sandbox (SYS_ADMIN) and then drops what it does not keep
+// (SETPCAP).
+var FileServerCapabilities = map[string]uintptr{
+	"CAP_CHOWN": unix.CAP_CHOWN, "CAP_DAC_OVERRIDE": unix.CAP_DAC_OVERRIDE, "CAP_FOWNER": unix.CAP_FOWNER,
+	"CAP_FSETID": unix.CAP_FSETID, "CAP_SETGID": unix.CAP_SETGID, "CAP_SETUID": unix.CAP_SETUID,
+	"CAP_SETPCAP": unix.CAP_SETPCAP, "CAP_SYS_ADMIN": unix.CAP_SYS_ADMIN,
+}
+
+// Share is a dir of the pod's volumes a file server serves: shown at its
+// own path with what is mounted below it, never chowned or chmodded
+// (its files keep the owners and modes the kubelet gave them), nosuid,
+// nodev and noexec, and read-only all through when ReadOnly.
+type Share struct {
+	Path     string `json:"path"`
+	ReadOnly bool   `json:"readOnly,omitempty"`
+}
+
+// Spec is one VM's jail, or the jail of a tool or file server of its
+// (a virtio-fs server for the pod's volumes).
 type Spec struct {
-	// QEMU is the program the jailer execs: the emulator, or qemu-img.
+	// QEMU is the program the jailer execs: the emulator, or a tool or
+	// file server (the JSON name stays "qemu").
 	QEMU string `json:"qemu"`
 	// UID and GID QEMU runs as; never 0.
 	UID uint32 `json:"uid"`
@@ -90,9 +118,19 @@ type Spec struct {
 	// without a pod network namespace).
 	Netns string `json:"netns,omitempty"`
 	// Seccomp is the seccomp filter the jailer installs just before the
-	// exec (seccomp.go): ProfileQEMU for QEMU, ProfileImageTool for
-	// qemu-img; "" for none.
+	// exec (seccomp.go): ProfileQEMU for QEMU, ProfileImageTool for a
+	// tool, ProfileVirtiofsd for a file server; "" for none.
 	Seccomp Profile `json:"seccompProfile,omitempty"`
+	// Shares are the dirs a file server serves (Share).
+	Shares []Share `json:"shares,omitempty"`
+	// Capabilities are what the program keeps of root's, by name, from
+	// FileServerCapabilities only and with ProfileVirtiofsd only: in its
+	// bounding, inheritable, permitted, effective and ambient sets, so
+	// they survive the exec as UID, with the securebits no_setuid_fixup
+	// and noroot set and locked (and keep_caps locked off), so the
+	// server's own switches of its effective uid neither clear nor grant
+	// any. nil: none (QEMU, tools).
+	Capabilities []string `json:"capabilities,omitempty"`
 }
 
 // Cgroup is a container's cgroup and its limits. The jailer enters it
@@ -121,10 +159,22 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("jail: root %q: not an absolute path below /", s.Root)
 	case s.Cgroup != nil && s.Cgroup.Path == "":
 		return fmt.Errorf("jail: a cgroup without a path")
-	case s.Seccomp != "" && s.Seccomp != ProfileQEMU && s.Seccomp != ProfileImageTool:
-		return fmt.Errorf("jail: seccomp profile %q: want %q, %q or none", s.Seccomp, ProfileQEMU, ProfileImageTool)
+	case s.Seccomp != "" && s.Seccomp != ProfileQEMU && s.Seccomp != ProfileImageTool && s.Seccomp != ProfileVirtiofsd:
+		return fmt.Errorf("jail: seccomp profile %q: want %q, %q, %q or none", s.Seccomp, ProfileQEMU, ProfileImageTool, ProfileVirtiofsd)
+	case len(s.Capabilities) > 0 && s.Seccomp != ProfileVirtiofsd:
+		return fmt.Errorf("jail: capabilities %v: only a file server's jail (seccomp profile %q) keeps any", s.Capabilities, ProfileVirtiofsd)
 	case s.OOMScoreAdj != nil && (*s.OOMScoreAdj < -1000 || *s.OOMScoreAdj > 1000):
 		return fmt.Errorf("jail: oom_score_adj %d: not in [-1000, 1000]", *s.OOMScoreAdj)
+	}
+	for _, c := range s.Capabilities {
+		if _, ok := FileServerCapabilities[c]; !ok {
+			return fmt.Errorf("jail: capability %q: want one of %s", c, strings.Join(slices.Sorted(maps.Keys(FileServerCapabilities)), ", "))
+		}
+	}
+	for _, sh := range s.Shares {
+		if !filepath.IsAbs(sh.Path) || filepath.Clean(sh.Path) != sh.Path || sh.Path == "/" {
+			return fmt.Errorf("jail: share %q: not a clean absolute path below /", sh.Path)
+		}
 	}
 	for _, o := range s.Owned {
 		if !slices.ContainsFunc(s.Writable, func(w string) bool { return strings.HasPrefix(o, w+"/") }) {
