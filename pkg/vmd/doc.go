@@ -51,6 +51,16 @@
 // across its restart.
 //
 // To do, in order:
+//   - Issue 24 (volumes by virtio-fs), the plan in
+//     docs/design/volumes-virtiofs.md §8. Done: vmspec.Share and its tag,
+//     the converter's filesystems step (§8 steps 2, 3), the file server's
+//     jail (pkg/jail Shares, Capabilities, ProfileVirtiofsd; step 1's
+//     jail half, TestJailVirtiofsd). Next: pkg/vm starts a jailed
+//     virtiofsd per share (a second leased uid, a sibling cgroup under
+//     the pod's, the socket in the VM dir, gone with the VM), the share
+//     rule in vmd.FromOCI and vmspec.FromPod, the test guest's mounts
+//     (modules fuse and virtiofs: the spike in the design doc booted one),
+//     then e2e, critest, bench and docs.
 //   - Issue 28, items 10, 12 and 13 are done (see "Also done" below).
 //     Left of them: a read-only state root is tested by unit tests only;
 //     a liveness exec probe of a VM paused on a full disk must fail
