@@ -196,19 +196,6 @@ func (c *Cgroup) MemoryUsage() uint64 {
 	return v
 }
 
-// Populated reports whether a process is in the cgroup at p now; false
-// while the cgroup is not there yet. With cgroup v1 it looks in the memory
-// hierarchy, which holds every container cgroup (both drivers set a memory
-// limit).
-func Populated(p Path) bool {
-	dir := filepath.Join(Root, p.Dir)
-	if !Unified() {
-		dir = filepath.Join(Root, "memory", p.Dir)
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-	return err == nil && len(strings.TrimSpace(string(b))) > 0
-}
-
 // OOMKilled reports whether the kernel's OOM killer killed a process of
 // the cgroup (v1 memory.oom_control, v2 memory.events oom_kill).
 func (c *Cgroup) OOMKilled() bool {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync"
 	"time"
 
 	"github.com/containerd/containerd/v2/core/mount"
@@ -255,9 +254,8 @@ func (v *VM) Start(ctx context.Context) (int, error) {
 	if err := v.acquire(func(h *Held) { h.Cgroup = v.cgPath.Raw }); err != nil {
 		return 0, err
 	}
-	wired := v.wireEarly(ctx)
 	prepare := func(ctx context.Context, pid int) error {
-		if err := wired(ctx); err != nil {
+		if err := v.wire(); err != nil {
 			return err
 		}
 		cg, err := podcgroup.Load(v.cgPath)
@@ -269,71 +267,10 @@ func (v *VM) Start(ctx context.Context) (int, error) {
 		return nil
 	}
 	if err := v.machine.Start(ctx, prepare); err != nil {
-		// The wiring, had it begun, is over and recorded in Held.
-		_ = wired(nil)
 		return 0, err
 	}
 	return v.machine.PID(ctx)
 }
-
-// wireEarly wires the guest's tap (wire) while libvirt starts QEMU, out
-// of the window in which QEMU waits paused: the tap's move between network
-// namespaces waits for an RCU grace period (20-40 ms on a 2-core machine).
-// It begins once QEMU's jailer is in the container's cgroup, the jailer's
-// first act: libvirt has then opened the tap (in the node's namespace, by
-// its name) and is done with it. The returned wait gives wire's result; a
-// nil ctx stops a wiring that has not begun and waits for one that has.
-// The phase "wire" is how long the wiring took, inside "qemu".
-func (v *VM) wireEarly(ctx context.Context) func(context.Context) error {
-	if v.pod == nil || v.net != nil {
-		return func(context.Context) error { return nil }
-	}
-	stop := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		tick := time.NewTicker(time.Millisecond)
-		defer tick.Stop()
-		for !podcgroup.Populated(v.cgPath) {
-			select {
-			case <-stop:
-				done <- errWireStopped
-				return
-			case <-ctx.Done():
-				done <- ctx.Err()
-				return
-			case <-tick.C:
-			}
-		}
-		began := time.Now()
-		err := v.wire()
-		v.phases = append(v.phases, Phase{Name: "wire", Took: time.Since(began)})
-		done <- err
-	}()
-	var once sync.Once
-	var result error
-	return func(ctx context.Context) error {
-		once.Do(func() {
-			if ctx == nil {
-				close(stop)
-				result = <-done
-				return
-			}
-			select {
-			case result = <-done:
-			case <-ctx.Done():
-				close(stop)
-				result = errors.Join(ctx.Err(), <-done)
-			}
-		})
-		if errors.Is(result, errWireStopped) {
-			return nil
-		}
-		return result
-	}
-}
-
-// errWireStopped: wireEarly was stopped before QEMU's jailer ran.
-var errWireStopped = errors.New("the tap's wiring was stopped before QEMU ran")
 
 // wire moves the tap that QEMU now has open into the pod's network
 // namespace and wires it to the pod interface there, recorded in Held as

@@ -74,13 +74,15 @@
 //     (CrashLoopBackOff, the back-off then delays the start once room is
 //     made: 57 s by hand), on the VM-only node the sandbox (no restart
 //     counted): the shim's sandbox could refuse first.
-//   - Issue 27, start cost: done. The tap is moved and wired while
-//     libvirt starts QEMU (vm.wireEarly, once QEMU's jailer is in the
-//     container's cgroup), the intake reads the qcow2 header and the
-//     overlay is written in Go (internal/qcow2): on a 2-core TCG machine
-//     create -> first serial line went 1.66x -> 0.85-1.11x bare QEMU,
-//     create -> /init 1.11x -> 0.99-1.04x (docs/benchmarks.md; bare
-//     QEMU's first line swings 191-379 ms between runs, read the medians).
+//   - Issue 27, start cost: the intake reads the qcow2 header and the
+//     overlay is written in Go (internal/qcow2). On a 2-core TCG machine
+//     create -> first serial line went 1.66x -> 0.90-1.55x bare QEMU
+//     (three runs: 1.35, 1.55, 0.90), create -> /init 1.11x -> 0.95-1.19x
+//     (1.19, 1.06, 0.95); docs/benchmarks.md. Bare QEMU's first line
+//     swings 191-385 ms between runs: read several. Moving the tap out of
+//     the paused window was tried and undone: QEMU's start queries the tap
+//     (TUNGETIFF) and failed with EBADFD when the move met it. Next cut:
+//     the tap's move (20-40 ms of RCU grace period, in `prepare`).
 //   - Per-pod cost (BenchmarkShimFootprint, docs/shim-memory.md): the
 //     daemon is at 0.6 MiB per pod (malloc trimmed after each start and
 //     removal), within the issue's 1 MiB; the shim at 4.6 MiB PSS with 50
