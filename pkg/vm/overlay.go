@@ -89,10 +89,13 @@ func checkSize(bad func(string, ...any) (diskInfo, error), size uint64) (diskInf
 // backingName is the backing file a qcow2 header names, for the refusal
 // (read, bounded, from the header's cluster; never opened).
 func backingName(f *os.File, h qcow2.Header) string {
-	n := min(h.BackingFileSize, 1023)
-	b := make([]byte, n)
-	if _, err := f.ReadAt(b, int64(h.BackingFileOffset)); err != nil || h.BackingFileOffset > 1<<21 {
-		return fmt.Sprintf("%d bytes at offset %d", h.BackingFileSize, h.BackingFileOffset)
+	unread := fmt.Sprintf("%d bytes at offset %d", h.BackingFileSize, h.BackingFileOffset)
+	if h.BackingFileOffset > 1<<21 { // beyond the largest first cluster, where QEMU reads it
+		return unread
+	}
+	b := make([]byte, min(h.BackingFileSize, 1023))
+	if _, err := f.ReadAt(b, int64(h.BackingFileOffset)); err != nil {
+		return unread
 	}
 	return string(b)
 }
