@@ -39,6 +39,10 @@ type Request struct {
 	Network Network
 	// BlockDevices are the block volumes the front door was handed.
 	BlockDevices []BlockDevice
+	// ShareSources are the host dirs of the spec's filesystem volumes, by
+	// vmspec.Share tag: what each share's file server serves. The front
+	// door resolved and checked them (vmspec.MountRules).
+	ShareSources map[string]string
 	// CloudInitDir is where the spec's cloud-init volume is on the host,
 	// "" when it takes none or it is not mounted.
 	CloudInitDir string

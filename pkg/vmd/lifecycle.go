@@ -33,6 +33,7 @@ type CreateRequest struct {
 	// where the VM is attached and started.
 	Network      vm.Network
 	BlockDevices []vm.BlockDevice
+	ShareSources map[string]string
 	CloudInitDir string
 	InstanceID   string
 	Cgroup       podcgroup.Path
@@ -99,7 +100,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (retErr error) 
 	vreq := vm.Request{
 		Spec: req.Spec, Layout: s.Layout(req.PodID), Jail: j,
 		Rootfs: req.Rootfs, RootfsMounts: req.RootfsMounts, Network: req.Network,
-		BlockDevices: req.BlockDevices, CloudInitDir: req.CloudInitDir, InstanceID: req.InstanceID,
+		BlockDevices: req.BlockDevices, ShareSources: req.ShareSources, CloudInitDir: req.CloudInitDir, InstanceID: req.InstanceID,
 		Cgroup: req.Cgroup, CPU: req.CPU, OOMScoreAdj: req.OOMScoreAdj,
 		ConsoleOut: req.Console, Record: in.record,
 	}
