@@ -81,7 +81,7 @@ func steps(s vmspec.Spec, h host.Host, accel host.Accel, p Paths) []step {
 			return disks(d, s.DiskBus, boot, p.RootDisk, p.BaseDisk, p.BaseFormat, s.Volumes, p.Volumes)
 		}},
 		{"filesystems", func(d *libvirtxml.Domain) error { return filesystems(d, s.Shares, p.Shares) }},
-		{"cloud-init", func(d *libvirtxml.Domain) error { return cloudInit(d, s.CloudInit != nil, p.CloudInitISO) }},
+		{"cloud-init", func(d *libvirtxml.Domain) error { return cloudInit(d, s.Seeded(), p.CloudInitISO) }},
 		{"network", func(d *libvirtxml.Domain) error { return network(d, s.NICs, p.NICs) }},
 		{"console", func(d *libvirtxml.Domain) error { return console(d, s.Console, p.Console) }},
 		{"guest agent", func(d *libvirtxml.Domain) error { return guestAgent(d, p.GuestAgent) }},

@@ -143,10 +143,14 @@ func withLease(dir, owner string, fn func(lease string, uid uint32) error) error
 // KillWait bounds the wait for a uid's processes to go after SIGKILL.
 var KillWait = 10 * time.Second
 
-// killUID sends SIGKILL to every process that runs as uid (real,
-// effective, saved or filesystem) and waits until none is left. A
-// process of a jail's uid is a QEMU (or a tool) of that jail, or what
-// one of them started: nothing else runs as it (Range).
+// KillUID sends SIGKILL to every process that runs as uid (real,
+// effective, saved or filesystem) and waits until none is left (at most
+// KillWait). A process of a jail's uid is a QEMU (or a tool or file
+// server) of that jail, or what one of them started: nothing else runs
+// as it (Range). The caller holds uid's lease, so no other pod's
+// processes run as it.
+func KillUID(uid uint32) error { return killUID(uid) }
+
 func killUID(uid uint32) error {
 	r := Range{First: uid, Count: 1}
 	deadline := time.Now().Add(KillWait)

@@ -86,6 +86,22 @@ func (p Path) PodDir() string { return path.Dir(p.Dir) }
 
 func (p Path) String() string { return p.Raw }
 
+// Sibling is the cgroup named after p's with "-"+suffix, in the same
+// parent: under the pod's cgroup, so the pod's limits bound what runs in
+// it, but not in p's (a VM's file servers beside its QEMU).
+func (p Path) Sibling(suffix string) Path {
+	switch p.Driver {
+	case Systemd:
+		slice, rest, _ := strings.Cut(p.Raw, ":")
+		prefix, name, _ := strings.Cut(rest, ":")
+		s, _ := Parse(slice + ":" + prefix + ":" + name + "-" + suffix)
+		return s
+	default:
+		s, _ := Parse(p.Raw + "-" + suffix)
+		return s
+	}
+}
+
 // ExpandSlice turns a systemd slice name into its cgroup directory:
 // a-b-c.slice is /a.slice/a-b.slice/a-b-c.slice, and -.slice is the root.
 func ExpandSlice(slice string) (string, error) {

@@ -89,3 +89,24 @@ func TestExpandSlice(t *testing.T) {
 		}
 	}
 }
+
+func TestSibling(t *testing.T) {
+	for _, tc := range []struct{ raw, wantRaw, wantDir string }{
+		{"/kubepods/burstable/pod1234/abcd", "/kubepods/burstable/pod1234/abcd-fs", "/kubepods/burstable/pod1234/abcd-fs"},
+		{"kubepods-burstable-pod1234.slice:cri-containerd:abcd", "kubepods-burstable-pod1234.slice:cri-containerd:abcd-fs",
+			"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234.slice/cri-containerd-abcd-fs.scope"},
+		{"kubepods-pod1234.slice::abcd", "kubepods-pod1234.slice::abcd-fs", "/kubepods.slice/kubepods-pod1234.slice/abcd-fs.scope"},
+	} {
+		p, err := Parse(tc.raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := p.Sibling("fs")
+		if s.Raw != tc.wantRaw || s.Dir != tc.wantDir || s.Driver != p.Driver {
+			t.Errorf("%s: Sibling(fs) = %+v, want raw %s, dir %s", tc.raw, s, tc.wantRaw, tc.wantDir)
+		}
+		if s.PodDir() != p.PodDir() {
+			t.Errorf("%s: sibling's pod dir %s, want %s", tc.raw, s.PodDir(), p.PodDir())
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package vm
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -23,6 +24,14 @@ const (
 	userData      = "user-data"
 	metaData      = "meta-data"
 	networkConfig = "network-config"
+	// vendorData carries the cloud-config of vmpod's own making: the
+	// shares' mounts. User-data overrides it key by key.
+	vendorData = "vendor-data"
+	// SharesFile lists the guest's shares for a guest without cloud-init
+	// (the test guest's init): a line per share, "<tag> <ro|rw> <mount
+	// path>", the path written as fstab writes it (space, tab, newline
+	// and backslash as octal escapes), in mount path order.
+	SharesFile = "vmpod-shares"
 	// maxSeedFile bounds each file read from a ConfigMap or Secret volume.
 	maxSeedFile = 1 << 20
 )
@@ -147,4 +156,39 @@ func WriteNoCloudISO(path string, files map[string][]byte) (retErr error) {
 		return fmt.Errorf("cloud-init seed: not an ISO 9660 filesystem")
 	}
 	return iso.Finalize(iso9660.FinalizeOptions{RockRidge: true, Joliet: true, VolumeIdentifier: "cidata"})
+}
+
+// ShareSeedFiles are the seed's files that tell the guest its shares (nil
+// for none): SharesFile, and vendor-data whose mounts: a cloud image's
+// cloud-init writes into fstab and mounts ("nofail": a guest without
+// virtio-fs boots on). cloud-init's mounts module writes an entry's path
+// as it is given, so a path with a space or a tab does not reach fstab
+// whole (SharesFile's test guest mounts it).
+func ShareSeedFiles(shares []vmspec.Share) map[string][]byte {
+	if len(shares) == 0 {
+		return nil
+	}
+	var list, vendor strings.Builder
+	vendor.WriteString("#cloud-config\nmounts:\n")
+	for _, sh := range shares {
+		mode := "rw"
+		if sh.ReadOnly {
+			mode = "ro"
+		}
+		fmt.Fprintf(&list, "%s %s %s\n", sh.Tag, mode, fstabEscape(sh.MountPath))
+		// JSON strings are YAML's double-quoted scalars.
+		fmt.Fprintf(&vendor, "  - [%s, %s, virtiofs, \"%s,nofail\", \"0\", \"0\"]\n", jsonString(sh.Tag), jsonString(sh.MountPath), mode)
+	}
+	return map[string][]byte{SharesFile: []byte(list.String()), vendorData: []byte(vendor.String())}
+}
+
+// fstabEscape writes p as fstab(5) does: space, tab, newline and
+// backslash as octal escapes.
+func fstabEscape(p string) string {
+	return strings.NewReplacer(`\`, `\134`, " ", `\040`, "\t", `\011`, "\n", `\012`).Replace(p)
+}
+
+func jsonString(s string) string {
+	b, _ := json.Marshal(s) // a string always marshals
+	return string(b)
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/errdefs"
 
+	"github.com/vmpod/vmpod/pkg/jail"
 	"github.com/vmpod/vmpod/pkg/podcgroup"
 	"github.com/vmpod/vmpod/pkg/podnet"
 	"github.com/vmpod/vmpod/pkg/virt"
@@ -35,17 +36,24 @@ type Held struct {
 	Devices []string `json:"devices,omitempty"`
 	// Cgroup is QEMU's cgroup (a cgroupsPath, podcgroup.Parse).
 	Cgroup string `json:"cgroup,omitempty"`
+	// FileServers is the uid the VM's virtio-fs file servers run as (the
+	// pod's second, Jail.FSUID) and FileServerCgroup their cgroup, a
+	// sibling of QEMU's under the pod's: set before the first starts.
+	FileServers      uint32 `json:"fileServers,omitempty"`
+	FileServerCgroup string `json:"fileServerCgroup,omitempty"`
 }
 
 // Empty says h holds nothing Undo would remove (a namespace alone is the
 // pod's, not the VM's).
 func (h Held) Empty() bool {
-	return h.Domain == "" && h.Tap == "" && h.NodeTap == "" && h.Rootfs == "" && len(h.Devices) == 0 && h.Cgroup == ""
+	return h.Domain == "" && h.Tap == "" && h.NodeTap == "" && h.Rootfs == "" && len(h.Devices) == 0 && h.Cgroup == "" &&
+		h.FileServers == 0 && h.FileServerCgroup == ""
 }
 
 // Undo removes what h holds, in the reverse order of its making: the
 // domain (QEMU stopped hard, the definition removed) through hv, the
-// cgroup, the device nodes, the tap and its filters, the image mount.
+// file servers (every process of their uid killed) and their cgroup,
+// QEMU's cgroup, the device nodes, the tap and its filters, the image mount.
 // What is already gone is no error; a failure does not stop the rest.
 // The normal teardown and the cleanup after a dead front door both end
 // here; the first has closed its in-process parts (console, DHCP server)
@@ -64,8 +72,16 @@ func Undo(ctx context.Context, hv virt.Hypervisor, h Held) error {
 			}
 		}
 	}
-	if h.Cgroup != "" {
-		if p, err := podcgroup.Parse(h.Cgroup); err != nil {
+	if h.FileServers != 0 {
+		// Each ends by itself once QEMU is gone; one a dead front door
+		// left, or one QEMU never connected to, does not.
+		errs = append(errs, jail.KillUID(h.FileServers))
+	}
+	for _, cg := range []string{h.FileServerCgroup, h.Cgroup} {
+		if cg == "" {
+			continue
+		}
+		if p, err := podcgroup.Parse(cg); err != nil {
 			errs = append(errs, err)
 		} else {
 			errs = append(errs, podcgroup.Remove(p))

@@ -1,6 +1,7 @@
 package vm
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 
@@ -87,6 +88,33 @@ func (l Layout) JailDevices() string { return filepath.Join(l.Dir, "jail-dev") }
 // JailSpec is the jail's spec file (pkg/jail).
 func (l Layout) JailSpec() string { return filepath.Join(l.Dir, "jail.json") }
 
+// FSDir holds the VM's file servers' files (one virtio-fs server per
+// share, pkg/vm/shares.go): their jail specs and logs, and the empty dir
+// their jails are built on. It is root's and no file server sees it. It
+// owns the file servers' uid lease (LeaseJail makes it), and goes with
+// the VM (VM.Delete): the lease is then stale, and a uid no process runs
+// as any more may go to another pod.
+func (l Layout) FSDir() string { return filepath.Join(l.Dir, "fs") }
+
+// ShareSocket is the unix socket the file server of the VM's i-th share
+// listens on, and QEMU connects to. It is in VMDir, in QEMU's jail, and
+// made QEMU's (startFileServers).
+func (l Layout) ShareSocket(i int) string {
+	return filepath.Join(l.VMDir(), fmt.Sprintf("fs-%d.sock", i))
+}
+
+// ShareJailRoot is the empty dir the file servers' jails are built on.
+func (l Layout) ShareJailRoot() string { return filepath.Join(l.FSDir(), "root") }
+
+// ShareJailSpec is the jail spec of the i-th share's file server.
+func (l Layout) ShareJailSpec(i int) string {
+	return filepath.Join(l.FSDir(), fmt.Sprintf("%d.json", i))
+}
+
+// ShareLog is what the i-th share's file server writes on its stderr,
+// capped like QEMU's log.
+func (l Layout) ShareLog(i int) string { return filepath.Join(l.FSDir(), fmt.Sprintf("%d.log", i)) }
+
 // PrepareVMDir makes VMDir anew and empty, root's until QEMU starts:
 // nothing an earlier QEMU of the pod left there (a link to a host file
 // above all) is ever written through.
@@ -117,8 +145,14 @@ func (l Layout) Paths(s vmspec.Spec, img Image, jailer string) convert.Paths {
 		p.RootDisk = l.Overlay()
 		p.BaseDisk, p.BaseFormat = img.Disk, img.DiskFormat
 	}
-	if s.CloudInit != nil {
+	if s.Seeded() {
 		p.CloudInitISO = l.CloudInitISO()
+	}
+	if len(s.Shares) > 0 {
+		p.Shares = map[string]string{}
+		for i, sh := range s.Shares {
+			p.Shares[sh.Tag] = l.ShareSocket(i)
+		}
 	}
 	return p
 }

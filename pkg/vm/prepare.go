@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"os"
 
 	"github.com/containerd/errdefs"
@@ -139,15 +140,20 @@ func MakeDevices(l Layout, s vmspec.Spec, devs []BlockDevice) (map[string]string
 	return vols, made, nil
 }
 
-// WriteSeed builds the spec's cloud-init NoCloud seed in the VM's dir, from
-// the annotations or from the cloud-init volume at volumeDir on the host
-// ("" when the spec takes no volume). instanceID and hostname are the
-// NoCloud meta-data. Machine.Delete removes it with the dir.
+// WriteSeed builds the VM's NoCloud seed in the VM's dir, when it has one
+// (vmspec.Spec.Seeded): the spec's cloud-init, from the annotations or
+// from the cloud-init volume at volumeDir on the host ("" when the spec
+// takes no volume), and what the guest mounts of its shares
+// (ShareSeedFiles). instanceID and hostname are the NoCloud meta-data.
+// Machine.Delete removes it with the dir.
 func WriteSeed(l Layout, s vmspec.Spec, volumeDir, instanceID, hostname string) error {
-	if s.CloudInit == nil {
+	if !s.Seeded() {
 		return nil
 	}
-	ci := *s.CloudInit
+	var ci vmspec.CloudInit // shares alone: empty user-data
+	if s.CloudInit != nil {
+		ci = *s.CloudInit
+	}
 	if ci.Volume != "" && volumeDir == "" {
 		return fmt.Errorf("%s: %q is not mounted in the container: %w", vmspec.AnnotationCloudInitVolume, ci.Volume, errdefs.ErrInvalidArgument)
 	}
@@ -158,6 +164,7 @@ func WriteSeed(l Layout, s vmspec.Spec, volumeDir, instanceID, hostname string) 
 	if err != nil {
 		return err
 	}
+	maps.Copy(files, ShareSeedFiles(s.Shares))
 	if err := WriteNoCloudISO(l.CloudInitISO(), files); err != nil {
 		return fmt.Errorf("%w: %v", errdefs.ErrInternal, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/containerd/containerd/v2/core/mount"
@@ -105,6 +106,14 @@ type VM struct {
 	held        Held
 	record      func(Held) error
 	phases      Phases // of Create, before the Machine's
+
+	// The pod's volumes: the jail (its file server uid), each share's
+	// host dir by tag, and the file servers Start started.
+	rt           *Runtime
+	jail         Jail
+	oomScoreAdj  *int
+	shareSources map[string]string
+	fileServerState
 }
 
 // Create makes the VM up to a defined, not yet started domain: image
@@ -116,7 +125,8 @@ type VM struct {
 // undo was complete.
 func Create(ctx context.Context, req Request, open Opener) (_ *VM, retErr error) {
 	req.Network = req.Network.withDefaults(req.Spec.Name)
-	v := &VM{spec: req.Spec, layout: req.Layout, cgPath: req.Cgroup, cpu: req.CPU, record: req.Record, network: req.Network}
+	v := &VM{spec: req.Spec, layout: req.Layout, cgPath: req.Cgroup, cpu: req.CPU, record: req.Record, network: req.Network,
+		jail: req.Jail, oomScoreAdj: req.OOMScoreAdj}
 	watch := newStopwatch(&v.phases)
 	v.held.Netns = req.Network.Netns
 	defer func() {
@@ -140,6 +150,9 @@ func Create(ctx context.Context, req Request, open Opener) (_ *VM, retErr error)
 	if err != nil {
 		return nil, fmt.Errorf("image %s: %w", req.Spec.Image, err)
 	}
+	if v.shareSources, err = checkShareSources(req.Spec, req.ShareSources); err != nil {
+		return nil, err
+	}
 	watch.lap("intake")
 
 	env, err := open(ctx)
@@ -149,7 +162,7 @@ func Create(ctx context.Context, req Request, open Opener) (_ *VM, retErr error)
 	if a := req.OOMScoreAdj; a != nil && (*a < -1000 || *a > 1000) {
 		return nil, fmt.Errorf("oom_score_adj %d: not in [-1000, 1000]: %w", *a, errdefs.ErrInvalidArgument)
 	}
-	v.hv = env.Runtime.hv
+	v.hv, v.rt = env.Runtime.hv, env.Runtime
 	v.limit = MemoryLimit(req.Spec, env.Host)
 	if err := CheckPodLimit(req.Spec, env.Host, podcgroup.MemoryLimit(req.Cgroup.PodDir())); err != nil {
 		return nil, err
@@ -194,7 +207,7 @@ func Create(ctx context.Context, req Request, open Opener) (_ *VM, retErr error)
 	if err := WriteSeed(req.Layout, req.Spec, req.CloudInitDir, req.InstanceID, req.Network.Hostname); err != nil {
 		return nil, err
 	}
-	if req.Spec.CloudInit != nil {
+	if req.Spec.Seeded() {
 		watch.lap("seed")
 	}
 
@@ -270,8 +283,11 @@ func (v *VM) Start(ctx context.Context) (int, error) {
 		v.startMemory = cg.MemoryUsage()
 		return nil
 	}
-	if err := v.machine.Start(ctx, prepare); err != nil {
+	if err := v.startFileServers(); err != nil {
 		return 0, err
+	}
+	if err := v.machine.Start(ctx, prepare); err != nil {
+		return 0, v.explainStart(err)
 	}
 	return v.machine.PID(ctx)
 }
@@ -303,11 +319,15 @@ func (v *VM) wire() error {
 
 // Wait blocks until the VM stops after a Start, or ctx ends. A VM the
 // kernel's OOM killer ended in its cgroup exits 137 with Reason
-// "OOMKilled".
+// "OOMKilled"; one whose file server failed exits 1, "Error", with a
+// message naming the volume.
 func (v *VM) Wait(ctx context.Context) (Exit, error) {
 	exit, err := v.machine.Wait(ctx)
 	if err != nil {
 		return exit, err
+	}
+	if fe := v.fileServerFailure(); fe != nil {
+		return *fe, nil
 	}
 	if v.cgroup != nil && exit.Reason != "Completed" && v.cgroup.OOMKilled() {
 		exit = Exit{Status: 128 + uint32(unix.SIGKILL), Reason: "OOMKilled",
@@ -519,6 +539,7 @@ func (v *VM) Delete(ctx context.Context) error {
 		errs = append(errs, v.net.Close())
 		v.net = nil
 	}
+	errs = append(errs, v.stopFileServers())
 	held := v.held
 	if v.hv == nil {
 		held.Domain = "" // never connected: no domain was made
@@ -526,6 +547,10 @@ func (v *VM) Delete(ctx context.Context) error {
 	if err := Undo(ctx, v.hv, held); err != nil {
 		return errors.Join(append(errs, err)...)
 	}
+	// The file servers are gone: their files go. Their uid's lease is
+	// stale from now on, and LeaseJail makes the dir anew for the pod's
+	// next VM.
+	errs = append(errs, os.RemoveAll(v.layout.FSDir()))
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}

@@ -115,3 +115,8 @@ func (s Spec) validateShares() error {
 	}
 	return nil
 }
+
+// Seeded says the VM gets a NoCloud seed: cloud-init was asked for, or
+// the guest must learn its shares (the seed's vmpod-shares and its
+// vendor-data mounts).
+func (s Spec) Seeded() bool { return s.CloudInit != nil || len(s.Shares) > 0 }

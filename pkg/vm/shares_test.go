@@ -1,0 +1,233 @@
+package vm_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vmpod/vmpod/pkg/podcgroup"
+	"github.com/vmpod/vmpod/pkg/vm"
+	"github.com/vmpod/vmpod/pkg/vmspec"
+)
+
+// TestVMShares gives the test guest two volumes by virtio-fs, one
+// read-write and one read-only, and follows their file servers from
+// Start to Delete: each jailed as the pod's file server uid with the
+// file-serving capabilities only, under two seccomp filters, in a
+// cgroup beside QEMU's; the guest mounts both, reads and writes through
+// them, and is refused a write to the read-only one; a server killed
+// ends the VM with an exit naming its volume; nothing is left after
+// Delete.
+func TestVMShares(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	rt, h, root := runtimeForTest(t)
+	dir, err := os.MkdirTemp(root, "pod-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec records
+	req := lifecycleRequest(t, "boot-pod.yaml", "shares", dir, &rec)
+	req.Jail = jailForTest(t, root, dir)
+	data, config := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(data, "hello"), []byte("from the host\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(config, "key"), []byte("value\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	req.Spec.Shares = []vmspec.Share{vmspec.NewShare("/data", false), vmspec.NewShare("/etc/config", true)}
+	vmspec.SortShares(req.Spec.Shares)
+	req.ShareSources = map[string]string{vmspec.ShareTag("/data"): data, vmspec.ShareTag("/etc/config"): config}
+
+	v, err := vm.Create(ctx, req, func(context.Context) (vm.Env, error) { return vm.Env{Runtime: rt, Host: h}, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	deleted := false
+	t.Cleanup(func() {
+		if !deleted {
+			_ = v.Delete(context.Background())
+		}
+	})
+	pid, err := v.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := rec.last()
+	fsCgroup := req.Cgroup.Sibling("fs")
+	if held.FileServers != req.Jail.FSUID || held.FileServerCgroup != fsCgroup.Raw {
+		t.Errorf("record after Start = %+v, want the file servers' uid %d and cgroup %s", held, req.Jail.FSUID, fsCgroup.Raw)
+	}
+	if req.Jail.FSUID == req.Jail.UID {
+		t.Errorf("the file servers run as QEMU's uid %d", req.Jail.UID)
+	}
+
+	con := watchConsole(t, req.Layout.ConsoleLog())
+	con.waitFor(ctx, t, "VMPOD-GUEST: share /data ok")
+	con.waitFor(ctx, t, "VMPOD-GUEST: share /etc/config ok")
+	con.waitFor(ctx, t, "VMPOD-GUEST: ready")
+
+	// Each server forks once its sandbox is built: the child serves.
+	workers := 0
+	for _, p := range processesOf(t, req.Jail.FSUID) {
+		st := p.status
+		if procStatusField(st, "Seccomp_filters") != "2" {
+			continue // the parent that only waits for its worker
+		}
+		workers++
+		id := fmt.Sprint(req.Jail.FSUID)
+		for k, want := range map[string]string{"Uid": strings.Repeat(id+"\t", 3) + id, "NoNewPrivs": "1",
+			"CapEff": "00000000000000db", "CapBnd": "0000000000000000"} {
+			if got := procStatusField(st, k); got != want {
+				t.Errorf("file server %d: %s %q, want %q", p.pid, k, got, want)
+			}
+		}
+		if cg := cgroupOfPID(t, p.pid); !strings.HasSuffix(cg, fsCgroup.Dir) {
+			t.Errorf("file server %d in cgroup %s, want %s", p.pid, cg, fsCgroup.Dir)
+		}
+	}
+	if workers != 2 {
+		t.Errorf("%d file servers serve, want 2 (one per share)", workers)
+	}
+
+	sh := func(script string) vm.ExecResult {
+		t.Helper()
+		res, err := v.Exec(ctx, vm.ExecRequest{Args: []string{"/bin/sh", "-c", script}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if res := sh("cat /data/hello /etc/config/key && echo from the guest >/data/new"); res.ExitCode != 0 ||
+		string(res.Stdout) != "from the host\nvalue\n" {
+		t.Errorf("guest read = %+v (%s), want both files and a write", res, res.Stderr)
+	}
+	if b, err := os.ReadFile(filepath.Join(data, "new")); err != nil || string(b) != "from the guest\n" {
+		t.Errorf("the guest's write reached the host as %q, %v", b, err)
+	}
+	if res := sh("echo x >/etc/config/other"); res.ExitCode == 0 || !strings.Contains(string(res.Stderr), "Read-only") {
+		t.Errorf("a write to the read-only share = %+v (%s), want it refused (read-only file system)", res, res.Stderr)
+	}
+	if _, err := os.Stat(filepath.Join(config, "other")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the read-only share took a write: %v", err)
+	}
+
+	// A server that dies takes its VM down, naming its volume: the guest's
+	// I/O on the share would hang otherwise.
+	for _, p := range processesOf(t, req.Jail.FSUID) {
+		if strings.Contains(p.cmdline, "source="+data) && procStatusField(p.status, "Seccomp_filters") != "2" {
+			if err := syscall.Kill(p.pid, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	exit, err := v.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exit.Status == 0 || exit.Reason != "Error" || !strings.Contains(exit.Message, "/data") {
+		t.Errorf("exit after its file server was killed = %+v, want an error naming /data", exit)
+	}
+
+	deleted = true
+	if err := v.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.last(); !got.Empty() {
+		t.Errorf("last record %+v, want nothing held", got)
+	}
+	if left := processesOf(t, req.Jail.FSUID); len(left) > 0 {
+		t.Errorf("file server processes left: %+v", left)
+	}
+	if _, err := os.Stat(cgroupProcs(fsCgroup)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the file servers' cgroup %s is left: %v", fsCgroup.Dir, err)
+	}
+	assertGone(t, rt, req.Spec.Name, pid, dir)
+}
+
+// TestVMShareRefusesFile: virtio-fs serves dirs; a volume whose host side
+// is a file (a subPath naming a file) is refused at Create, naming the
+// mount path, with nothing left.
+func TestVMShareRefusesFile(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rt, h, root := runtimeForTest(t)
+	dir, err := os.MkdirTemp(root, "pod-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec records
+	req := lifecycleRequest(t, "boot-pod.yaml", "sharefile", dir, &rec)
+	req.Jail = jailForTest(t, root, dir)
+	file := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	req.Spec.Shares = []vmspec.Share{vmspec.NewShare("/etc/app.conf", true)}
+	req.ShareSources = map[string]string{vmspec.ShareTag("/etc/app.conf"): file}
+	_, err = vm.Create(ctx, req, func(context.Context) (vm.Env, error) { return vm.Env{Runtime: rt, Host: h}, nil })
+	if err == nil || !strings.Contains(err.Error(), "/etc/app.conf is a file") {
+		t.Fatalf("Create = %v, want the file volume refused by its mount path", err)
+	}
+	if got := rec.last(); !got.Empty() {
+		t.Errorf("last record %+v, want nothing held", got)
+	}
+	assertGone(t, rt, req.Spec.Name, 0, dir)
+}
+
+type proc struct {
+	pid             int
+	status, cmdline string
+}
+
+// processesOf are the live processes that run as uid.
+func processesOf(t *testing.T, uid uint32) []proc {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []proc
+	for _, e := range entries {
+		var pid int
+		if _, err := fmt.Sscan(e.Name(), &pid); err != nil {
+			continue
+		}
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			continue
+		}
+		uids := strings.Fields(procStatusField(string(st), "Uid"))
+		state := procStatusField(string(st), "State")
+		if len(uids) == 0 || uids[0] != fmt.Sprint(uid) || strings.HasPrefix(state, "Z") {
+			continue
+		}
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		out = append(out, proc{pid: pid, status: string(st), cmdline: strings.ReplaceAll(string(cmd), "\x00", " ")})
+	}
+	return out
+}
+
+// cgroupOfPID is pid's cgroup in the memory hierarchy (v1) or the
+// unified one.
+func cgroupOfPID(t *testing.T, pid int) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) == 3 && (podcgroup.Unified() && f[0] == "0" || strings.Contains(","+f[1]+",", ",memory,")) {
+			return f[2]
+		}
+	}
+	return ""
+}
