@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/yaml"
 
 	"github.com/vmpod/vmpod/pkg/vm"
 	"github.com/vmpod/vmpod/pkg/vmspec"
@@ -93,5 +94,34 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The guest learns its shares from the seed: vmpod-shares for the test
+// guest (paths fstab-escaped, in mount path order) and vendor-data
+// mounts for cloud-init, each entry a YAML list of quoted strings.
+func TestShareSeedFiles(t *testing.T) {
+	if got := vm.ShareSeedFiles(nil); got != nil {
+		t.Errorf("ShareSeedFiles(nil) = %v, want no files", got)
+	}
+	shares := []vmspec.Share{vmspec.NewShare(`/srv/a b\c`, false), vmspec.NewShare("/etc/config", true)}
+	vmspec.SortShares(shares)
+	cfg, odd := vmspec.ShareTag("/etc/config"), vmspec.ShareTag(`/srv/a b\c`)
+	want := map[string]string{
+		"vmpod-shares": cfg + " ro /etc/config\n" + odd + ` rw /srv/a\040b\134c` + "\n",
+		"vendor-data": "#cloud-config\nmounts:\n" +
+			`  - ["` + cfg + `", "/etc/config", virtiofs, "ro,nofail", "0", "0"]` + "\n" +
+			`  - ["` + odd + `", "/srv/a b\\c", virtiofs, "rw,nofail", "0", "0"]` + "\n",
+	}
+	got := vm.ShareSeedFiles(shares)
+	if diff := cmp.Diff(want, strings2(got)); diff != "" {
+		t.Errorf("ShareSeedFiles (-want +got):\n%s", diff)
+	}
+	var vendor struct{ Mounts [][]string }
+	if err := yaml.Unmarshal(got["vendor-data"], &vendor); err != nil {
+		t.Fatal(err)
+	}
+	if len(vendor.Mounts) != 2 || vendor.Mounts[1][1] != `/srv/a b\c` || vendor.Mounts[0][0] != cfg {
+		t.Errorf("vendor-data's mounts read back as %q", vendor.Mounts)
 	}
 }
