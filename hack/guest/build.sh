@@ -76,11 +76,13 @@ image=localhost/vmpod/test-guest:v1
 # below). The ACPI power button comes first so that a shutdown request during
 # the rest of the boot is not lost. pvpanic-mmio drives the VM's ISA pvpanic
 # device (ACPI QEMU0001): a guest kernel panic then tells QEMU, which ends
-# the VM (no udev here to load it by its ACPI alias). Everything else the
-# guest needs is built into Debian's kernel: the 8250 serial console,
-# devtmpfs, AF_PACKET (udhcpc), unix sockets, IPv4, the initramfs
-# decompressors, magic SysRq (/proc/sysrq-trigger).
-modules=(button evdev pvpanic-mmio virtio_pci virtio_blk virtio_net virtio_console ext4)
+# the VM (no udev here to load it by its ACPI alias). isofs (which pulls in
+# cdrom for its multisession helpers) reads the cloud-init seed, whose
+# vmpod-shares file lists the pod's volumes, and virtiofs (over fuse) mounts
+# them. Everything else the guest needs is built into Debian's kernel: the
+# 8250 serial console, devtmpfs, AF_PACKET (udhcpc), unix sockets, IPv4, the
+# initramfs decompressors, magic SysRq (/proc/sysrq-trigger).
+modules=(button evdev pvpanic-mmio virtio_pci virtio_blk virtio_net virtio_console ext4 isofs fuse virtiofs)
 
 log() { echo "guest: $*" >&2; }
 die() {
