@@ -8,7 +8,6 @@ import (
 	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/errdefs"
 
-	"github.com/vmpod/vmpod/pkg/jail"
 	"github.com/vmpod/vmpod/pkg/podcgroup"
 	"github.com/vmpod/vmpod/pkg/podnet"
 	"github.com/vmpod/vmpod/pkg/virt"
@@ -36,9 +35,14 @@ type Held struct {
 	Devices []string `json:"devices,omitempty"`
 	// Cgroup is QEMU's cgroup (a cgroupsPath, podcgroup.Parse).
 	Cgroup string `json:"cgroup,omitempty"`
-	// FileServers is the uid the VM's virtio-fs file servers run as (the
-	// pod's second, Jail.FSUID) and FileServerCgroup their cgroup, a
-	// sibling of QEMU's under the pod's: set before the first starts.
+	// FileServerLeases is the dir of uid leases the VM's virtio-fs file
+	// servers' uid is leased in (Jail.Leases) and FileServerDir the
+	// lease's owner, the VM's FSDir, both set before the lease is taken;
+	// FileServers is that uid and FileServerCgroup their cgroup, a
+	// sibling of QEMU's under the pod's, set before the first server
+	// starts.
+	FileServerLeases string `json:"fileServerLeases,omitempty"`
+	FileServerDir    string `json:"fileServerDir,omitempty"`
 	FileServers      uint32 `json:"fileServers,omitempty"`
 	FileServerCgroup string `json:"fileServerCgroup,omitempty"`
 }
@@ -47,7 +51,7 @@ type Held struct {
 // pod's, not the VM's).
 func (h Held) Empty() bool {
 	return h.Domain == "" && h.Tap == "" && h.NodeTap == "" && h.Rootfs == "" && len(h.Devices) == 0 && h.Cgroup == "" &&
-		h.FileServers == 0 && h.FileServerCgroup == ""
+		h.FileServerLeases == "" && h.FileServerDir == "" && h.FileServers == 0 && h.FileServerCgroup == ""
 }
 
 // Undo removes what h holds, in the reverse order of its making: the
@@ -72,10 +76,11 @@ func Undo(ctx context.Context, hv virt.Hypervisor, h Held) error {
 			}
 		}
 	}
-	if h.FileServers != 0 {
-		// Each ends by itself once QEMU is gone; one a dead front door
-		// left, or one QEMU never connected to, does not.
-		errs = append(errs, jail.KillUID(h.FileServers))
+	if h.FileServerDir != "" {
+		// Each file server ends by itself once QEMU is gone; one a dead
+		// front door left, or one QEMU never connected to, does not: the
+		// release kills what runs as the uid before it gives it back.
+		errs = append(errs, releaseFileServerUID(h.FileServerLeases, h.FileServerDir))
 	}
 	for _, cg := range []string{h.FileServerCgroup, h.Cgroup} {
 		if cg == "" {

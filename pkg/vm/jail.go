@@ -24,9 +24,9 @@ func jailCgroup(p podcgroup.Path, memoryBytes uint64, cpu *specs.LinuxCPU) *jail
 
 // LeaseJail is the jail of the QEMU of the pod laid out at l, for a
 // runtime with this state root: the jailer linked under it (JailerLink)
-// and a uid of its own from uids, leased in UIDLeases until ReleaseJail;
-// and a second uid for the pod's file servers (Jail.FSUID), leased to the
-// pod's FSDir. diskCap is Jail.DiskCap.
+// and a uid of its own from uids, leased in UIDLeases until ReleaseJail.
+// The pod's file servers get a second uid when its VM starts them
+// (leaseFileServerUID). diskCap is Jail.DiskCap.
 func LeaseJail(stateRoot string, uids jail.Range, l Layout, diskCap uint64) (Jail, error) {
 	jailer, err := jail.LinkEmulator(filepath.Dir(JailerLink(stateRoot)))
 	if err != nil {
@@ -36,16 +36,35 @@ func LeaseJail(stateRoot string, uids jail.Range, l Layout, diskCap uint64) (Jai
 	if err != nil {
 		return Jail{}, fmt.Errorf("a uid for QEMU: %v: %w", err, errdefs.ErrResourceExhausted)
 	}
-	// The lease's owner must exist for as long as the lease holds
-	// (jail.Allocate takes over the lease of an owner that is gone).
+	return Jail{Jailer: jailer, UID: uid, GID: uid, Leases: UIDLeases(stateRoot), UIDs: uids, LibvirtRoot: l.Libvirt(), DiskCap: diskCap}, nil
+}
+
+// leaseFileServerUID leases the uid the file servers of the pod at l run
+// as, from j's range, to l's FSDir (made for it: a lease whose owner is
+// gone is stale), until releaseFileServerUID or ReleaseJail.
+func leaseFileServerUID(j Jail, l Layout) (uint32, error) {
+	if j.Leases == "" || j.UIDs.Count == 0 {
+		return 0, fmt.Errorf("no uid range to lease the file servers' uid from: %w", errdefs.ErrInternal)
+	}
 	if err := os.MkdirAll(l.FSDir(), 0o700); err != nil {
-		return Jail{}, fmt.Errorf("the file servers' dir: %v: %w", err, errdefs.ErrInternal)
+		return 0, fmt.Errorf("the file servers' dir: %v: %w", err, errdefs.ErrInternal)
 	}
-	fsUID, err := jail.Allocate(UIDLeases(stateRoot), uids, l.FSDir())
+	uid, err := jail.Allocate(j.Leases, j.UIDs, l.FSDir())
 	if err != nil {
-		return Jail{}, fmt.Errorf("a uid for the pod's file servers: %v: %w", err, errdefs.ErrResourceExhausted)
+		return 0, fmt.Errorf("a uid for the pod's file servers: %v: %w", err, errdefs.ErrResourceExhausted)
 	}
-	return Jail{Jailer: jailer, UID: uid, GID: uid, FSUID: fsUID, LibvirtRoot: l.Libvirt(), DiskCap: diskCap}, nil
+	return uid, nil
+}
+
+// releaseFileServerUID gives back the file servers' uid leased in leases
+// to dir (a VM's FSDir), killing what still runs as it, and removes dir.
+func releaseFileServerUID(leases, dir string) error {
+	if leases != "" {
+		if err := jail.Release(leases, dir); err != nil {
+			return err
+		}
+	}
+	return os.RemoveAll(dir)
 }
 
 // ReleaseJail gives back the uids LeaseJail leased for the pod at l, once

@@ -91,9 +91,8 @@ func (l Layout) JailSpec() string { return filepath.Join(l.Dir, "jail.json") }
 // FSDir holds the VM's file servers' files (one virtio-fs server per
 // share, pkg/vm/shares.go): their jail specs and logs, and the empty dir
 // their jails are built on. It is root's and no file server sees it. It
-// owns the file servers' uid lease (LeaseJail makes it), and goes with
-// the VM (VM.Delete): the lease is then stale, and a uid no process runs
-// as any more may go to another pod.
+// owns the file servers' uid lease (made with it when the VM's first
+// file server starts), and goes with the VM (Undo), the lease given back.
 func (l Layout) FSDir() string { return filepath.Join(l.Dir, "fs") }
 
 // ShareSocket is the unix socket the file server of the VM's i-th share

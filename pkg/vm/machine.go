@@ -58,10 +58,11 @@ type Jail struct {
 	Jailer string
 	// UID and GID QEMU runs as: the pod's own (jail.Allocate).
 	UID, GID uint32
-	// FSUID is the uid (and gid) the pod's virtio-fs file servers run as:
-	// a second one of the pod's, so QEMU can neither signal nor trace
-	// them (0: the VM may have no shares).
-	FSUID uint32
+	// Leases is the dir of uid leases, and UIDs the range, the pod's
+	// file servers lease their uid from when its VM has shares: a second
+	// one of the pod's, so QEMU can neither signal nor trace them.
+	Leases string
+	UIDs   jail.Range
 	// LibvirtRoot is the embedded libvirt's root: QEMU is shown the secret
 	// file libvirt writes there for it and nothing else of it.
 	LibvirtRoot string

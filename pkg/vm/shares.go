@@ -121,14 +121,19 @@ func (v *VM) startFileServers() error {
 	if _, err := os.Stat(Virtiofsd); err != nil {
 		return fmt.Errorf("the virtio-fs server for the pod's volumes: %v (Debian's qemu-system-common ships it): %w", err, errdefs.ErrFailedPrecondition)
 	}
-	if v.jail.FSUID == 0 {
-		return fmt.Errorf("the pod's volumes: no uid was leased for their file servers: %w", errdefs.ErrInternal)
-	}
 	cg := v.cgPath.Sibling(fileServerCgroup)
 	if cg.Raw == "" {
 		return fmt.Errorf("the pod's volumes: no cgroup beside QEMU's %s: %w", v.cgPath, errdefs.ErrInternal)
 	}
-	if err := v.acquire(func(h *Held) { h.FileServers, h.FileServerCgroup = v.jail.FSUID, cg.Raw }); err != nil {
+	if err := v.acquire(func(h *Held) { h.FileServerLeases, h.FileServerDir = v.jail.Leases, v.layout.FSDir() }); err != nil {
+		return err
+	}
+	uid, err := leaseFileServerUID(v.jail, v.layout)
+	if err != nil {
+		return fmt.Errorf("the pod's volumes: %w", err)
+	}
+	v.fsUID = uid
+	if err := v.acquire(func(h *Held) { h.FileServers, h.FileServerCgroup = uid, cg.Raw }); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(v.layout.ShareJailRoot(), 0o700); err != nil {
@@ -168,7 +173,7 @@ func (v *VM) startFileServer(i int, sh vmspec.Share, cgroup string) (*fileServer
 	}
 	src := v.shareSources[sh.Tag]
 	js := jail.Spec{
-		QEMU: Virtiofsd, UID: v.jail.FSUID, GID: v.jail.FSUID,
+		QEMU: Virtiofsd, UID: v.fsUID, GID: v.fsUID,
 		Root:         l.ShareJailRoot(),
 		Shares:       []jail.Share{{Path: src, ReadOnly: sh.ReadOnly}},
 		Capabilities: slices.Sorted(maps.Keys(jail.FileServerCapabilities)),
@@ -270,6 +275,7 @@ func (v *VM) stopFileServers() error {
 // fileServerState is the VM's part that file servers touch from their
 // watchers.
 type fileServerState struct {
+	fsUID   uint32 // leased by startFileServers
 	servers []*fileServer
 	fsMu    sync.Mutex
 	fsExit  *Exit

@@ -62,11 +62,14 @@ func TestVMShares(t *testing.T) {
 	}
 	held := rec.last()
 	fsCgroup := req.Cgroup.Sibling("fs")
-	if held.FileServers != req.Jail.FSUID || held.FileServerCgroup != fsCgroup.Raw {
-		t.Errorf("record after Start = %+v, want the file servers' uid %d and cgroup %s", held, req.Jail.FSUID, fsCgroup.Raw)
+	fsUID := held.FileServers
+	if fsUID == 0 || fsUID == req.Jail.UID || held.FileServerCgroup != fsCgroup.Raw || held.FileServerDir != req.Layout.FSDir() {
+		t.Errorf("record after Start = %+v, want a file server uid other than QEMU's %d, the cgroup %s and the dir %s",
+			held, req.Jail.UID, fsCgroup.Raw, req.Layout.FSDir())
 	}
-	if req.Jail.FSUID == req.Jail.UID {
-		t.Errorf("the file servers run as QEMU's uid %d", req.Jail.UID)
+	lease := filepath.Join(req.Jail.Leases, fmt.Sprint(fsUID))
+	if owner, err := os.ReadFile(lease); err != nil || string(owner) != req.Layout.FSDir() {
+		t.Errorf("the file servers' uid lease %s: %q, %v; want it leased to %s", lease, owner, err, req.Layout.FSDir())
 	}
 
 	con := watchConsole(t, req.Layout.ConsoleLog())
@@ -76,13 +79,13 @@ func TestVMShares(t *testing.T) {
 
 	// Each server forks once its sandbox is built: the child serves.
 	workers := 0
-	for _, p := range processesOf(t, req.Jail.FSUID) {
+	for _, p := range processesOf(t, fsUID) {
 		st := p.status
 		if procStatusField(st, "Seccomp_filters") != "2" {
 			continue // the parent that only waits for its worker
 		}
 		workers++
-		id := fmt.Sprint(req.Jail.FSUID)
+		id := fmt.Sprint(fsUID)
 		for k, want := range map[string]string{"Uid": strings.Repeat(id+"\t", 3) + id, "NoNewPrivs": "1",
 			"CapEff": "00000000000000db", "CapBnd": "0000000000000000"} {
 			if got := procStatusField(st, k); got != want {
@@ -118,10 +121,13 @@ func TestVMShares(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(config, "other")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the read-only share took a write: %v", err)
 	}
+	if b, err := os.ReadFile(filepath.Join(filepath.Dir(cgroupProcs(fsCgroup)), memoryUsageFile())); err == nil {
+		t.Logf("the file servers' cgroup holds %s bytes (2 shares, after the guest's reads and write)", strings.TrimSpace(string(b)))
+	}
 
 	// A server that dies takes its VM down, naming its volume: the guest's
 	// I/O on the share would hang otherwise.
-	for _, p := range processesOf(t, req.Jail.FSUID) {
+	for _, p := range processesOf(t, fsUID) {
 		if strings.Contains(p.cmdline, "source="+data) && procStatusField(p.status, "Seccomp_filters") != "2" {
 			if err := syscall.Kill(p.pid, syscall.SIGKILL); err != nil {
 				t.Fatal(err)
@@ -143,8 +149,11 @@ func TestVMShares(t *testing.T) {
 	if got := rec.last(); !got.Empty() {
 		t.Errorf("last record %+v, want nothing held", got)
 	}
-	if left := processesOf(t, req.Jail.FSUID); len(left) > 0 {
+	if left := processesOf(t, fsUID); len(left) > 0 {
 		t.Errorf("file server processes left: %+v", left)
+	}
+	if _, err := os.Stat(lease); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the file servers' uid lease %s is left: %v", lease, err)
 	}
 	if _, err := os.Stat(cgroupProcs(fsCgroup)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the file servers' cgroup %s is left: %v", fsCgroup.Dir, err)
@@ -230,4 +239,12 @@ func cgroupOfPID(t *testing.T, pid int) string {
 		}
 	}
 	return ""
+}
+
+// memoryUsageFile is the memory cgroup's usage file, v1 or v2.
+func memoryUsageFile() string {
+	if podcgroup.Unified() {
+		return "memory.current"
+	}
+	return "memory.usage_in_bytes"
 }

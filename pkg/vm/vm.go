@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
 	"github.com/containerd/containerd/v2/core/mount"
@@ -547,10 +546,6 @@ func (v *VM) Delete(ctx context.Context) error {
 	if err := Undo(ctx, v.hv, held); err != nil {
 		return errors.Join(append(errs, err)...)
 	}
-	// The file servers are gone: their files go. Their uid's lease is
-	// stale from now on, and LeaseJail makes the dir anew for the pod's
-	// next VM.
-	errs = append(errs, os.RemoveAll(v.layout.FSDir()))
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
