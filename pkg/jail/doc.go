@@ -56,8 +56,8 @@
 // uid switches from granting or clearing any), and ProfileVirtiofsd lets
 // it build its own sandbox (mount, PID and network namespaces, never a
 // user namespace) and refuses sockets, setns, ptrace, BPF and the rest.
-// TestJailVirtiofsd runs the real server so, with QEMU connected.
-// Groundwork: pkg/vm does not start one yet (docs/design/volumes-virtiofs.md).
+// TestJailVirtiofsd runs the real server so, with QEMU connected;
+// pkg/vm starts one per share of a VM (pkg/vm/shares.go).
 // The jailer exits ExitFailed when it cannot jail or exec the program.
 //
 // Without EnvSpec the jailer only runs QEMU for libvirt's capability probe

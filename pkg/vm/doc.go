@@ -6,9 +6,17 @@
 // Opener, the overhead
 // checked against the pod's limit, the pod network taken over, block
 // volume nodes, the cloud-init seed, the overlay and the domain; then
-// Start (QEMU into its cgroup before the guest runs), Wait, Shutdown,
+// Start (a jailed virtio-fs file server per share of the pod's volumes,
+// then QEMU into its cgroup before the guest runs), Wait, Shutdown,
 // Stop with grace, Kill, Exec through the guest agent, the console,
 // Stats, Update, Delete.
+//
+// The file servers (shares.go) run as a second uid of the pod's, leased
+// when the first starts, in a cgroup beside QEMU's under the pod's; each
+// ends by itself when QEMU goes, and one that fails while the VM runs
+// ends the VM. An adopted VM's servers run on but are not watched: one
+// that fails after the adoption leaves the guest's I/O on its share
+// hanging until the VM stops (QEMU 7.2 cannot reconnect the device).
 //
 // What a VM holds on the node (Held) is reported through Request.Record
 // before each thing is acquired, for the front door's checkpoint; Undo is
