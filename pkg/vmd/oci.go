@@ -21,7 +21,7 @@ import (
 // the cloud-init volume, and the image: rootfs mounted at
 // <bundle>/rootfs, or the spec's root.
 func FromOCI(id, podID string, oci *specs.Spec, bundle string, rootfs []mount.Mount, netns string) (CreateRequest, error) {
-	spec, err := vmspec.FromOCI(oci)
+	spec, err := vmspec.FromOCI(oci, vmspec.MountRules{})
 	if err != nil {
 		return CreateRequest{}, err
 	}
