@@ -80,7 +80,7 @@ func (s *Server) CreateContainer(ctx context.Context, r *runtimeapi.CreateContai
 	if err != nil {
 		return nil, err
 	}
-	req, err := vmRequest(id, sbRec, cfg, img, rootfs, cg, s.resolvConf(sbRec.ID))
+	req, err := vmRequest(id, sbRec, cfg, img, rootfs, cg, s.resolvConf(sbRec.ID), s.cfg.Mounts)
 	if err != nil {
 		return nil, err
 	}
@@ -117,10 +117,10 @@ func (s *Server) CreateContainer(ctx context.Context, r *runtimeapi.CreateContai
 
 // vmRequest is the VM the container asks for: the OCI spec containerd
 // would hand its shim (ociSpec, with the image's root, the container's
-// cgroup cg and the pod's resolv.conf) through vmd.FromOCI, the mapping
-// both front doors share.
+// cgroup cg and the pod's resolv.conf) through vmd.FromOCI under the
+// node's mount rules, the mapping both front doors share.
 func vmRequest(id string, sb sandboxRecord, cfg *runtimeapi.ContainerConfig, img image, rootfs string,
-	cg podcgroup.Path, resolvConf string) (vmd.CreateRequest, error) {
+	cg podcgroup.Path, resolvConf string, rules vmspec.MountRules) (vmd.CreateRequest, error) {
 	oci, err := ociSpec(sb, cfg, img)
 	if err != nil {
 		return vmd.CreateRequest{}, err
@@ -128,7 +128,7 @@ func vmRequest(id string, sb sandboxRecord, cfg *runtimeapi.ContainerConfig, img
 	oci.Root = &specs.Root{Path: rootfs, Readonly: true}
 	oci.Linux.CgroupsPath = cg.Raw
 	oci.Mounts = append(oci.Mounts, specs.Mount{Destination: "/etc/resolv.conf", Source: resolvConf, Type: "bind"})
-	req, err := vmd.FromOCI(id, sb.ID, oci, "", nil, sb.Netns)
+	req, err := vmd.FromOCI(id, sb.ID, oci, "", nil, sb.Netns, rules)
 	if err != nil {
 		return vmd.CreateRequest{}, err
 	}

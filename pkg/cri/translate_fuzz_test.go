@@ -54,7 +54,7 @@ func FuzzCRITranslation(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		req, err := vmRequest("c0ffee", sb, cfg, image{ID: "sha256:0123"}, "/images/rootfs", cg, "/pods/5a3d/resolv.conf")
+		req, err := vmRequest("c0ffee", sb, cfg, image{ID: "sha256:0123"}, "/images/rootfs", cg, "/pods/5a3d/resolv.conf", vmspec.MountRules{})
 		if err != nil {
 			if !errdefs.IsInvalidArgument(err) {
 				t.Fatalf("refused, but not with InvalidArgument: %v", err)
