@@ -200,9 +200,32 @@ func ociSpec(sb sandboxRecord, cfg *runtimeapi.ContainerConfig, img image) (*spe
 		spec.Linux.Devices = append(spec.Linux.Devices, specs.LinuxDevice{Path: d.Path, Type: "b", Major: d.Major, Minor: d.Minor})
 	}
 	for _, m := range cfg.GetMounts() {
-		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: m.GetContainerPath(), Source: m.GetHostPath()})
+		if m.GetImage() != nil {
+			// containerd mounts the image itself and passes that dir;
+			// this server has no such mount yet (issue 24, item 5).
+			return nil, errorf(errdefs.ErrInvalidArgument, "mount %s of image %q: vm-runtime cri does not serve image volumes",
+				m.GetContainerPath(), m.GetImage().GetImage())
+		}
+		spec.Mounts = append(spec.Mounts, bindMount(m))
 	}
 	return spec, nil
+}
+
+// bindMount is the mount containerd's CRI writes for a CRI mount
+// (internal/cri/opts withMounts), as far as vmspec's mount rules read it:
+// a bind mount (type bind, option rbind), read-only ("ro") or not ("rw").
+// Propagation is always rprivate: nothing mounted on the host later
+// reaches a guest. containerd's "rro" (recursive_read_only) is not
+// written: this server does not offer it to the kubelet, and the jail of
+// a share's file server makes a read-only share read-only all through
+// (pkg/jail).
+func bindMount(m *runtimeapi.Mount) specs.Mount {
+	mode := "rw"
+	if m.GetReadonly() {
+		mode = "ro"
+	}
+	return specs.Mount{Destination: m.GetContainerPath(), Source: m.GetHostPath(), Type: "bind",
+		Options: []string{"rbind", "rprivate", mode}}
 }
 
 // blockDevices are the block devices the kubelet hands the container (its
