@@ -21,9 +21,9 @@ const DefaultKubeletRoot = "/var/lib/kubelet"
 // another pod's volume) is refused.
 type MountRules struct {
 	// KubeletRoot is the kubelet's --root-dir as the sources of the
-	// container's mounts spell it. containerd resolves symlinks in a
-	// source, so a root reached through one is named by its target.
-	// Empty: DefaultKubeletRoot.
+	// container's mounts spell it: the kubelet's spelling (the CRI
+	// server), or with symlinks resolved (containerd resolves them in a
+	// source). Empty: DefaultKubeletRoot.
 	KubeletRoot string
 	// HostPaths are host dirs a node admin allows to be shared, each
 	// with what is below it (critest's volumes are dirs under /tmp).
