@@ -69,19 +69,20 @@ func FromOCI(spec *specs.Spec, rules MountRules) (Spec, error) {
 			s.Volumes = append(s.Volumes, Volume{Name: id, DevicePath: d.Path, Serial: id})
 		}
 	}
-	pod := rules.forPod(ann[CRISandboxUID])
+	pod, mounts := rules.forPod(ann[CRISandboxUID]), visibleMounts(spec.Mounts)
 	cloudInitPath := ""
 	if s.CloudInit != nil && s.CloudInit.Volume != "" {
-		errs = append(errs, resolveCloudInitMount(s.CloudInit, spec.Mounts, pod))
+		errs = append(errs, resolveCloudInitMount(s.CloudInit, mounts, pod))
 		cloudInitPath = s.CloudInit.VolumeMountPath
 	}
-	shares, err := sharesFromMounts(spec.Mounts, pod, cloudInitPath)
+	shares, err := sharesFromMounts(mounts, pod, cloudInitPath)
 	s.Shares = shares
 	errs = append(errs, err, s.Validate())
 	return s, errors.Join(errs...)
 }
 
-// resolveCloudInitMount finds the cloud-init volume among the mounts: the
+// resolveCloudInitMount finds the cloud-init volume among the visible
+// mounts (one a later mount hides is not what the node would read): the
 // kubelet mounts this pod's configMap or secret volume from
 // <pod dir>/volumes/kubernetes.io~configmap/<volume name> (a subPath mount
 // comes from .../volume-subpaths/ and is not the whole volume; a hostPath

@@ -24,13 +24,13 @@ func sharesFromVolumeMounts(vols []corev1.Volume, mounts []corev1.VolumeMount, c
 		switch {
 		case vi < 0:
 			errs = append(errs, invalid(field+".name", m.Name, "no volume of that name in spec.volumes"))
-		case cloudInitPath != "" && kubeletMountPath(m.MountPath) == cloudInitPath:
-			// The seed's source, read by the runtime.
 		case vols[vi].HostPath != nil:
 			errs = append(errs, invalid(fmt.Sprintf("spec.volumes[%d].hostPath", vi), vols[vi].HostPath.Path,
 				fmt.Sprintf("mounted at %s by %s: a hostPath volume is not shared with a VM's guest, which would get "+
 					"a node dir through a file server on the node; use a pod volume instead "+
 					"(emptyDir, or a persistentVolumeClaim: a local PV for a dir of the node)", m.MountPath, field)))
+		case cloudInitPath != "" && kubeletMountPath(m.MountPath) == cloudInitPath:
+			// The seed's source, read by the runtime.
 		default:
 			shares = append(shares, NewShare(kubeletMountPath(m.MountPath), m.ReadOnly || kubeletReadOnly(&vols[vi].VolumeSource)))
 		}

@@ -129,20 +129,31 @@ func isReadOnlyMount(m specs.Mount) bool {
 	return slices.Contains(m.Options, "ro") || slices.Contains(m.Options, "rro")
 }
 
-// sharesFromMounts are the shares of the container's mounts (sorted), and
-// every mount refused. Only the last mount of a destination counts: it is
-// the one the container would see, and the one whose source the node
-// resolves (vm.MountSource). The cloud-init volume's mount at
-// cloudInitPath is the seed, not a share.
-func sharesFromMounts(mounts []specs.Mount, rules podMountRules, cloudInitPath string) ([]Share, error) {
+// visibleMounts are the mounts the container would see: the last of each
+// destination, whose source is the one the node resolves
+// (vm.MountSource), in their order.
+func visibleMounts(mounts []specs.Mount) []specs.Mount {
 	last := make(map[string]int, len(mounts))
 	for i, m := range mounts {
 		last[m.Destination] = i
 	}
+	var visible []specs.Mount
+	for i, m := range mounts {
+		if last[m.Destination] == i {
+			visible = append(visible, m)
+		}
+	}
+	return visible
+}
+
+// sharesFromMounts are the shares of the container's visible mounts
+// (sorted), and every mount refused. The cloud-init volume's mount at
+// cloudInitPath is the seed, not a share.
+func sharesFromMounts(visible []specs.Mount, rules podMountRules, cloudInitPath string) ([]Share, error) {
 	var shares []Share
 	var errs []error
-	for i, m := range mounts {
-		if last[m.Destination] != i || (cloudInitPath != "" && m.Destination == cloudInitPath) {
+	for _, m := range visible {
+		if cloudInitPath != "" && m.Destination == cloudInitPath {
 			continue
 		}
 		sh, ok, err := rules.share(m)

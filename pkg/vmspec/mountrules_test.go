@@ -111,6 +111,9 @@ func TestFromPodSharesErrors(t *testing.T) {
 	}{
 		{"a volumeMount naming no volume", MakePod("web").EmptyDirVolume("scratch", "/scratch").VolumeMount("gone", "/gone", ""),
 			[]string{`spec.containers[0].volumeMounts[1].name: "gone": no volume of that name in spec.volumes`}},
+		{"a hostPath at the cloud-init volume's path (the kubelet mounts \"ci\" at /ci): refused",
+			MakePod("web").ConfigMapVolume("seed", "s", "/ci").Annotation(vmspec.AnnotationCloudInitVolume, "seed").HostPathVolume("host", "/srv", "ci"),
+			[]string{`spec.volumes[1].hostPath: "/srv": mounted at ci by spec.containers[0].volumeMounts[1]`}},
 		{"a hostPath mounted twice: refused per mount", MakePod("web").HostPathVolume("host", "/srv", "/a").VolumeMount("host", "/b", "x"),
 			[]string{`spec.volumes[0].hostPath: "/srv": mounted at /a by spec.containers[0].volumeMounts[0]`,
 				`spec.volumes[0].hostPath: "/srv": mounted at /b by spec.containers[0].volumeMounts[1]`}},
@@ -266,12 +269,20 @@ func TestFromOCICloudInitSeed(t *testing.T) {
 		t.Errorf("cloud-init %+v, shares %+v; want the seed at /ci and no share", s.CloudInit, s.Shares)
 	}
 
-	oci.Mounts = []specs.Mount{bind("/ci", "/srv/volumes/kubernetes.io~configmap/seed", "ro")}
-	_, err = vmspec.FromOCI(oci, vmspec.MountRules{})
-	checkErr(t, "FromOCI", err, []string{
-		`vmpod.io/cloud-init-volume: "seed": no configMap or secret volume of that name is mounted`,
-		`mounts["/ci"]: source "/srv/volumes/kubernetes.io~configmap/seed" is not a volume of this pod`,
-	})
+	for name, mounts := range map[string][]specs.Mount{
+		"a host dir named like the volume": {bind("/ci", "/srv/volumes/kubernetes.io~configmap/seed", "ro")},
+		// The kubelet mounts a pod's "ci" and "/ci" both at /ci.
+		"the volume hidden by a host dir": {bind("/ci", podDir+"/volumes/kubernetes.io~configmap/seed", "ro"), bind("/ci", "/srv/volumes/kubernetes.io~configmap/seed", "ro")},
+	} {
+		oci.Mounts = mounts
+		_, err = vmspec.FromOCI(oci, vmspec.MountRules{})
+		t.Run(name, func(t *testing.T) {
+			checkErr(t, "FromOCI", err, []string{
+				`vmpod.io/cloud-init-volume: "seed": no configMap or secret volume of that name is mounted`,
+				`mounts["/ci"]: source "/srv/volumes/kubernetes.io~configmap/seed" is not a volume of this pod`,
+			})
+		})
+	}
 }
 
 func TestMountRulesValidate(t *testing.T) {
