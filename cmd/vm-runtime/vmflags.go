@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -12,12 +13,14 @@ import (
 	"github.com/vmpod/vmpod/pkg/node"
 	"github.com/vmpod/vmpod/pkg/node/embedded"
 	"github.com/vmpod/vmpod/pkg/vmd"
+	"github.com/vmpod/vmpod/pkg/vmspec"
 )
 
 // vmFlags are the flags of the node's VMs (vmd.Config), which cri and
 // daemon both take.
 type vmFlags struct {
 	stateRoot, capsCache, kvmCache, uids, diskCap *string
+	kubeletRoot, volumeHostPaths                  *string
 }
 
 func addVMFlags(fs *flag.FlagSet, stateRootHelp string) vmFlags {
@@ -27,6 +30,10 @@ func addVMFlags(fs *flag.FlagSet, stateRootHelp string) vmFlags {
 		kvmCache:  fs.String("kvm-cache", node.DefaultKVMCache, "node-wide KVM probe verdict"),
 		uids:      fs.String("qemu-uids", "", "FIRST:COUNT uids for QEMU processes, one per pod (default: the jail's range)"),
 		diskCap:   fs.String("disk-cap", "20Gi", "the most a VM's disk overlay may grow to"),
+		kubeletRoot: fs.String("kubelet-root-dir", vmspec.DefaultKubeletRoot,
+			"the kubelet's --root-dir as mount sources name it (containerd resolves symlinks in them): the pod volumes below it are shared with their VMs' guests"),
+		volumeHostPaths: fs.String("volume-host-paths", "",
+			"comma-separated host dirs a VM's guest may be given, each with what is below it (for CRI clients such as critest; none by default)"),
 	}
 }
 
@@ -48,7 +55,29 @@ func (f vmFlags) config(cmd string) (vmd.Config, bool) {
 		return vmd.Config{}, false
 	}
 	cfg.DiskCap = uint64(q.Value())
+	mounts, err := f.mountRules()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", cmd, err)
+		return vmd.Config{}, false
+	}
+	cfg.Mounts = mounts
 	return cfg, true
+}
+
+// mountRules are the share rules --kubelet-root-dir and
+// --volume-host-paths say, or an error naming the flag and its value.
+func (f vmFlags) mountRules() (vmspec.MountRules, error) {
+	if err := (vmspec.MountRules{KubeletRoot: *f.kubeletRoot}).Validate(); err != nil || *f.kubeletRoot == "" {
+		return vmspec.MountRules{}, fmt.Errorf("--kubelet-root-dir %q: want a clean absolute path", *f.kubeletRoot)
+	}
+	var hostPaths []string
+	if *f.volumeHostPaths != "" {
+		hostPaths = strings.Split(*f.volumeHostPaths, ",")
+	}
+	if err := (vmspec.MountRules{HostPaths: hostPaths}).Validate(); err != nil {
+		return vmspec.MountRules{}, fmt.Errorf("--volume-host-paths %q: %w", *f.volumeHostPaths, err)
+	}
+	return vmspec.MountRules{KubeletRoot: *f.kubeletRoot, HostPaths: hostPaths}, nil
 }
 
 // capsProbe is this binary's caps-probe command (vmd.Config.CapsProbe),

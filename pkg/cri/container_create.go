@@ -80,7 +80,7 @@ func (s *Server) CreateContainer(ctx context.Context, r *runtimeapi.CreateContai
 	if err != nil {
 		return nil, err
 	}
-	req, err := vmRequest(id, sbRec, cfg, img, rootfs, cg, s.resolvConf(sbRec.ID))
+	req, err := vmRequest(id, sbRec, cfg, img, rootfs, cg, s.resolvConf(sbRec.ID), s.cfg.Mounts)
 	if err != nil {
 		return nil, err
 	}
@@ -117,10 +117,10 @@ func (s *Server) CreateContainer(ctx context.Context, r *runtimeapi.CreateContai
 
 // vmRequest is the VM the container asks for: the OCI spec containerd
 // would hand its shim (ociSpec, with the image's root, the container's
-// cgroup cg and the pod's resolv.conf) through vmd.FromOCI, the mapping
-// both front doors share.
+// cgroup cg and the pod's resolv.conf) through vmd.FromOCI under the
+// node's mount rules, the mapping both front doors share.
 func vmRequest(id string, sb sandboxRecord, cfg *runtimeapi.ContainerConfig, img image, rootfs string,
-	cg podcgroup.Path, resolvConf string) (vmd.CreateRequest, error) {
+	cg podcgroup.Path, resolvConf string, rules vmspec.MountRules) (vmd.CreateRequest, error) {
 	oci, err := ociSpec(sb, cfg, img)
 	if err != nil {
 		return vmd.CreateRequest{}, err
@@ -128,7 +128,7 @@ func vmRequest(id string, sb sandboxRecord, cfg *runtimeapi.ContainerConfig, img
 	oci.Root = &specs.Root{Path: rootfs, Readonly: true}
 	oci.Linux.CgroupsPath = cg.Raw
 	oci.Mounts = append(oci.Mounts, specs.Mount{Destination: "/etc/resolv.conf", Source: resolvConf, Type: "bind"})
-	req, err := vmd.FromOCI(id, sb.ID, oci, "", nil, sb.Netns)
+	req, err := vmd.FromOCI(id, sb.ID, oci, "", nil, sb.Netns, rules)
 	if err != nil {
 		return vmd.CreateRequest{}, err
 	}
@@ -200,9 +200,32 @@ func ociSpec(sb sandboxRecord, cfg *runtimeapi.ContainerConfig, img image) (*spe
 		spec.Linux.Devices = append(spec.Linux.Devices, specs.LinuxDevice{Path: d.Path, Type: "b", Major: d.Major, Minor: d.Minor})
 	}
 	for _, m := range cfg.GetMounts() {
-		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: m.GetContainerPath(), Source: m.GetHostPath()})
+		if m.GetImage() != nil {
+			// containerd mounts the image itself and passes that dir;
+			// this server has no such mount yet (issue 24, item 5).
+			return nil, errorf(errdefs.ErrInvalidArgument, "mount %s of image %q: vm-runtime cri does not serve image volumes",
+				m.GetContainerPath(), m.GetImage().GetImage())
+		}
+		spec.Mounts = append(spec.Mounts, bindMount(m))
 	}
 	return spec, nil
+}
+
+// bindMount is the mount containerd's CRI writes for a CRI mount
+// (internal/cri/opts withMounts), as far as vmspec's mount rules read it:
+// a bind mount (type bind, option rbind), read-only ("ro") or not ("rw").
+// Propagation is always rprivate: nothing mounted on the host later
+// reaches a guest. containerd's "rro" (recursive_read_only) is not
+// written: this server does not offer it to the kubelet, and the jail of
+// a share's file server makes a read-only share read-only all through
+// (pkg/jail).
+func bindMount(m *runtimeapi.Mount) specs.Mount {
+	mode := "rw"
+	if m.GetReadonly() {
+		mode = "ro"
+	}
+	return specs.Mount{Destination: m.GetContainerPath(), Source: m.GetHostPath(), Type: "bind",
+		Options: []string{"rbind", "rprivate", mode}}
 }
 
 // blockDevices are the block devices the kubelet hands the container (its

@@ -18,16 +18,22 @@ import (
 // names: the pod's name and namespace, vCPUs from the CPU quota (rounded
 // up; 1 without one), guest RAM from the memory limit (whole MiB), the
 // sandbox's network namespace and resolv.conf, the container's cgroup,
-// the kubelet's oom_score_adj, and the cloud-init volume's host dir when
-// the pod names one that is mounted.
+// the kubelet's oom_score_adj, the cloud-init volume's host dir when
+// the pod names one that is mounted, and shares only of the pod's own
+// volumes, each read-only as its mount is, from the dir mounted last at
+// its path.
 //
-// mounts is a list of mounts, ';' between them, containerPath=hostPath.
+// mounts is a list of mounts, ';' between them, containerPath=hostPath,
+// with "=ro" after a read-only one.
 func FuzzCRITranslation(f *testing.F) {
 	f.Add(vmspec.AnnotationFirmware, "uefi", "", "", int64(200000), int64(100000), int64(1024), int64(256<<20), int64(-997), "")
 	f.Add(vmspec.AnnotationCloudInitVolume, "seed", "", "", int64(150000), int64(100000), int64(2), int64(1<<30), int64(1000), "/cloud-init=/var/lib/kubelet/pods/u/volumes/seed;/etc/hosts=/x")
 	f.Add(vmspec.AnnotationAccel, "tcg", vmspec.AnnotationDiskBus, "scsi", int64(0), int64(0), int64(0), int64(64<<20), int64(0), "")
 	f.Add("vmpod.io/firmwre", "uefi", "", "", int64(1), int64(1), int64(1), int64(1), int64(1), "=")
 	f.Add(vmspec.AnnotationCloudInitVolume, "seed", vmspec.AnnotationBoot, "kernel", int64(-5), int64(100000), int64(-1), int64(-1), int64(-2000), "/cloud-init=")
+	f.Add("", "", "", "", int64(0), int64(0), int64(0), int64(256<<20), int64(0),
+		"/etc/conf=/var/lib/kubelet/pods/uid-1/volumes/kubernetes.io~configmap/conf=ro;/data=/srv/data;/data=/var/lib/kubelet/pods/uid-1/volumes/kubernetes.io~empty-dir/data")
+	f.Add("", "", "", "", int64(0), int64(0), int64(0), int64(256<<20), int64(0), "/data=/var/lib/kubelet/pods/uid-2/volumes/kubernetes.io~empty-dir/data")
 	f.Fuzz(func(t *testing.T, k1, v1, k2, v2 string, quota, period, shares, memory, oomScoreAdj int64, mounts string) {
 		sb := sandboxRecord{ID: "5a3d0c9b5a3d0c9b", Name: "web", Namespace: "default", UID: "uid-1", Hostname: "web",
 			Annotations: map[string]string{}, Netns: "/run/vmpod/netns/5a3d0c9b5a3d0c9b"}
@@ -47,14 +53,15 @@ func FuzzCRITranslation(f *testing.F) {
 		}
 		for m := range strings.SplitSeq(mounts, ";") {
 			if dst, src, ok := strings.Cut(m, "="); ok {
-				cfg.Mounts = append(cfg.Mounts, &runtimeapi.Mount{ContainerPath: dst, HostPath: src})
+				src, ro := strings.CutSuffix(src, "=ro")
+				cfg.Mounts = append(cfg.Mounts, &runtimeapi.Mount{ContainerPath: dst, HostPath: src, Readonly: ro})
 			}
 		}
 		cg, err := containerCgroup("/kubepods/burstable/poduid-1", "c0ffee")
 		if err != nil {
 			t.Fatal(err)
 		}
-		req, err := vmRequest("c0ffee", sb, cfg, image{ID: "sha256:0123"}, "/images/rootfs", cg, "/pods/5a3d/resolv.conf")
+		req, err := vmRequest("c0ffee", sb, cfg, image{ID: "sha256:0123"}, "/images/rootfs", cg, "/pods/5a3d/resolv.conf", vmspec.MountRules{})
 		if err != nil {
 			if !errdefs.IsInvalidArgument(err) {
 				t.Fatalf("refused, but not with InvalidArgument: %v", err)
@@ -80,6 +87,26 @@ func FuzzCRITranslation(f *testing.F) {
 			t.Fatalf("QEMU's cgroup %q, want %q", req.Cgroup.Raw, cg.Raw)
 		case req.OOMScoreAdj == nil || int64(*req.OOMScoreAdj) != oomScoreAdj:
 			t.Fatalf("oom_score_adj %v, want %d", req.OOMScoreAdj, oomScoreAdj)
+		}
+		if len(req.ShareSources) != len(req.Spec.Shares) {
+			t.Fatalf("shares %+v, sources %v: want one source per share", req.Spec.Shares, req.ShareSources)
+		}
+		for _, sh := range req.Spec.Shares {
+			var last *runtimeapi.Mount
+			for _, m := range cfg.Mounts {
+				if m.ContainerPath == sh.MountPath {
+					last = m
+				}
+			}
+			src := req.ShareSources[sh.Tag]
+			switch {
+			case last == nil || src != last.HostPath:
+				t.Fatalf("share %+v from %q: not the dir mounted last at its path (%+v)", sh, src, last)
+			case !strings.HasPrefix(src, "/var/lib/kubelet/pods/uid-1/volumes/") && !strings.HasPrefix(src, "/var/lib/kubelet/pods/uid-1/volume-subpaths/"):
+				t.Fatalf("share %+v from %q: not a volume of the pod", sh, src)
+			case sh.ReadOnly != last.Readonly:
+				t.Fatalf("share %+v of a mount readonly=%v", sh, last.Readonly)
+			}
 		}
 		if ci := req.Spec.CloudInit; ci != nil && ci.Volume != "" {
 			var src string

@@ -207,7 +207,7 @@ func (s *Server) Create(ctx context.Context, r *node.CreateRequest) (*emptypb.Em
 	for _, m := range r.Rootfs {
 		mounts = append(mounts, mount.Mount{Type: m.Type, Source: m.Source, Target: m.Target, Options: m.Options})
 	}
-	req, err := vmd.FromOCI(r.Id, r.PodId, &oci, r.Bundle, mounts, r.Netns)
+	req, err := vmd.FromOCI(r.Id, r.PodId, &oci, r.Bundle, mounts, r.Netns, s.vms.MountRules())
 	if err != nil {
 		return nil, err
 	}

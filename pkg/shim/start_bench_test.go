@@ -404,7 +404,7 @@ func startRefMain() int {
 		return fail(err)
 	}
 	p := testPod{sandboxID: "ref", vmID: "ref", cgroupParent: "/ref"}
-	spec, err := vmspec.FromOCI(vmSpec(p, "", "", nil))
+	spec, err := vmspec.FromOCI(vmSpec(p, "", "", nil), vmspec.MountRules{})
 	if err != nil {
 		return fail(err)
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/vmpod/vmpod/pkg/jail"
 	"github.com/vmpod/vmpod/pkg/node"
+	"github.com/vmpod/vmpod/pkg/vmspec"
 )
 
 // Config is where the node's VMs keep their state and what bounds them.
@@ -24,6 +25,10 @@ type Config struct {
 	// of its own (node.Options.ProbeArgv: vm-runtime caps-probe); empty,
 	// libvirt probes in this process.
 	CapsProbe []string
+	// Mounts say which of a container's bind mounts its VM's guest gets
+	// as virtio-fs shares (FromOCI): the kubelet's root dir, whose pod
+	// volumes are shared, and the host dirs a node admin allows.
+	Mounts vmspec.MountRules
 }
 
 // DefaultDiskCap is the default Config.DiskCap: 20 GiB.
@@ -45,6 +50,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.DiskCap == 0 {
 		c.DiskCap = DefaultDiskCap
+	}
+	if c.Mounts.KubeletRoot == "" {
+		c.Mounts.KubeletRoot = vmspec.DefaultKubeletRoot
 	}
 	return c
 }

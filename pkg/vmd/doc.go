@@ -55,12 +55,14 @@
 //     docs/design/volumes-virtiofs.md §8. Done: vmspec.Share and its tag,
 //     the converter's filesystems step (§8 steps 2, 3), the file server's
 //     jail (pkg/jail Shares, Capabilities, ProfileVirtiofsd; step 1's
-//     jail half, TestJailVirtiofsd). Next: pkg/vm starts a jailed
-//     virtiofsd per share (a second leased uid, a sibling cgroup under
-//     the pod's, the socket in the VM dir, gone with the VM), the share
-//     rule in vmd.FromOCI and vmspec.FromPod, the test guest's mounts
+//     jail half, TestJailVirtiofsd), the share rule (vmspec.MountRules,
+//     FromPod, FromOCI; vmd.FromOCI fills ShareSources; the flags
+//     --kubelet-root-dir and --volume-host-paths). Next: pkg/vm starts a
+//     jailed virtiofsd per share (a second leased uid, a sibling cgroup
+//     under the pod's, the socket in the VM dir, gone with the VM): until
+//     then a VM with a share fails at create; the test guest's mounts
 //     (modules fuse and virtiofs: the spike in the design doc booted one),
-//     then e2e, critest, bench and docs.
+//     then e2e, critest (--volume-host-paths=/tmp), bench and docs.
 //   - Issue 28, items 10, 12 and 13 are done (see "Also done" below).
 //     Left of them: a read-only state root is tested by unit tests only;
 //     a liveness exec probe of a VM paused on a full disk must fail

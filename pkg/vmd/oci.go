@@ -14,14 +14,14 @@ import (
 
 // FromOCI is the CreateRequest of a container that containerd's CRI
 // plugin described in oci (the bundle's config.json): the VM spec
-// (vmspec.FromOCI), QEMU's cgroup (the container's cgroupsPath, which must
-// be one: a VM never runs outside its pod's limits) and CPU controls, its
-// oom_score_adj, the pod's resolv.conf and hostname (the spec's, else
-// the sandbox's name), the block volumes,
-// the cloud-init volume, and the image: rootfs mounted at
-// <bundle>/rootfs, or the spec's root.
-func FromOCI(id, podID string, oci *specs.Spec, bundle string, rootfs []mount.Mount, netns string) (CreateRequest, error) {
-	spec, err := vmspec.FromOCI(oci)
+// (vmspec.FromOCI, whose shares are the bind mounts rules accept), QEMU's
+// cgroup (the container's cgroupsPath, which must be one: a VM never runs
+// outside its pod's limits) and CPU controls, its oom_score_adj, the
+// pod's resolv.conf and hostname (the spec's, else the sandbox's name),
+// the block volumes, the shares' host dirs, the cloud-init volume, and
+// the image: rootfs mounted at <bundle>/rootfs, or the spec's root.
+func FromOCI(id, podID string, oci *specs.Spec, bundle string, rootfs []mount.Mount, netns string, rules vmspec.MountRules) (CreateRequest, error) {
+	spec, err := vmspec.FromOCI(oci, rules)
 	if err != nil {
 		return CreateRequest{}, err
 	}
@@ -55,6 +55,13 @@ func FromOCI(id, podID string, oci *specs.Spec, bundle string, rootfs []mount.Mo
 		// containerd's CRI wrote the kubelet's (clamped to containerd's
 		// own with restrict_oom_score_adj).
 		req.OOMScoreAdj = oci.Process.OOMScoreAdj
+	}
+	for _, sh := range spec.Shares {
+		if req.ShareSources == nil {
+			req.ShareSources = make(map[string]string, len(spec.Shares))
+		}
+		// The source vmspec judged: the last mount of the path.
+		req.ShareSources[sh.Tag] = vm.MountSource(oci, sh.MountPath)
 	}
 	if ci := spec.CloudInit; ci != nil && ci.Volume != "" {
 		req.CloudInitDir = vm.MountSource(oci, ci.VolumeMountPath)

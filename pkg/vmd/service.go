@@ -17,6 +17,7 @@ import (
 	"github.com/vmpod/vmpod/pkg/node/embedded"
 	"github.com/vmpod/vmpod/pkg/virt/libvirt"
 	"github.com/vmpod/vmpod/pkg/vm"
+	"github.com/vmpod/vmpod/pkg/vmspec"
 )
 
 // Service is the VMs of one node.
@@ -127,6 +128,10 @@ func opener(env vm.Env) vm.Opener {
 // The pod's front door may keep files of its own there (the CRI server's
 // resolv.conf); ReleasePod removes it all.
 func (s *Service) Layout(podID string) vm.Layout { return vm.PodLayout(s.cfg.StateRoot, podID) }
+
+// MountRules are the node's rules for the shares of a VM (Config.Mounts),
+// which its front door hands FromOCI.
+func (s *Service) MountRules() vmspec.MountRules { return s.cfg.Mounts }
 
 // jail leases the pod's QEMU uid (again: a lease is per pod dir) with the
 // node's libvirt root, whose secret dir QEMU is shown.

@@ -6,6 +6,7 @@ import (
 	"math/big"
 	"os"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 
@@ -28,11 +29,9 @@ const (
 	kubeletSharesPerCPU   = 1024
 )
 
-// podUID and kubeletDir place the kubelet's volume directories in the mounts.
-const (
-	podUID     = "8d3f0c1e-5b1a-4c2e-9f00-0123456789ab"
-	kubeletDir = "/var/lib/kubelet/pods/" + podUID
-)
+// podUID is the UID of the pods whose OCI spec the tests build: the
+// kubelet's dirs of the pod are under /var/lib/kubelet/pods/<podUID>.
+const podUID = "8d3f0c1e-5b1a-4c2e-9f00-0123456789ab"
 
 // criSpec is the OCI runtime spec of pod's one container as containerd's CRI
 // plugin writes it (internal/cri/server/container_create.go and
@@ -48,10 +47,8 @@ const (
 //     from the request, which the apiserver defaults to the limit;
 //   - devices: one block device per volumeDevice, at its devicePath, in pod
 //     order, each with its device cgroup rule;
-//   - mounts: containerd's defaults, then the kubelet's mounts sorted
-//     stably by depth (orderedMounts); a configMap or secret volume comes
-//     from .../volumes/kubernetes.io~configmap/<name>, a subPath mount from
-//     .../volume-subpaths/<name>/<container>/<index>.
+//   - mounts: containerd's defaults, then the container's bind mounts
+//     (containerMounts).
 //
 // Limits the kubelet's int64 arithmetic cannot hold are the caller's to
 // refuse (apiLimitsOK).
@@ -102,40 +99,11 @@ func criSpec(pod *corev1.Pod) *specs.Spec {
 		res.Devices = append(res.Devices, specs.LinuxDeviceCgroup{Allow: true, Type: "b", Major: &major, Minor: &minor, Access: "mrw"})
 	}
 
-	mounts := []specs.Mount{
-		{Destination: "/proc", Type: "proc", Source: "proc"},
-		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs"},
-		{Destination: "/dev/pts", Type: "devpts", Source: "devpts"},
-		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue"},
-		{Destination: "/sys", Type: "sysfs", Source: "sysfs"},
-		{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup"},
-	}
-	vols := map[string]*corev1.Volume{}
-	for i := range pod.Spec.Volumes {
-		vols[pod.Spec.Volumes[i].Name] = &pod.Spec.Volumes[i]
-	}
-	var kubelet []specs.Mount
-	for i, m := range c.VolumeMounts {
-		src := kubeletDir + "/volumes/" + volumeKind(vols[m.Name]) + "/" + m.Name
-		if m.SubPath != "" {
-			src = fmt.Sprintf("%s/volume-subpaths/%s/%s/%d", kubeletDir, m.Name, c.Name, i)
-		}
-		kubelet = append(kubelet, specs.Mount{Destination: m.MountPath, Type: "bind", Source: src, Options: []string{"rbind", "rprivate", "ro"}})
-	}
-	kubelet = append(kubelet,
-		specs.Mount{Destination: "/etc/hosts", Type: "bind", Source: kubeletDir + "/etc-hosts", Options: []string{"rbind", "rprivate", "rw"}},
-		specs.Mount{Destination: "/dev/termination-log", Type: "bind", Source: kubeletDir + "/containers/" + c.Name + "/0", Options: []string{"rbind", "rprivate", "rw"}},
-		specs.Mount{Destination: "/etc/hostname", Type: "bind", Source: "/var/lib/containerd/sandboxes/5a3d0c9b/hostname", Options: []string{"rbind", "rprivate", "rw"}},
-	)
-	sort.SliceStable(kubelet, func(i, j int) bool {
-		return strings.Count(path.Clean(kubelet[i].Destination), "/") < strings.Count(path.Clean(kubelet[j].Destination), "/")
-	})
-
 	return &specs.Spec{
 		Version:     specs.Version,
 		Hostname:    pod.Name,
 		Annotations: ann,
-		Mounts:      append(mounts, kubelet...),
+		Mounts:      append(containerdDefaultMounts(), containerMounts(pod)...),
 		Linux: &specs.Linux{
 			Resources:   res,
 			Devices:     devices,
@@ -144,19 +112,128 @@ func criSpec(pod *corev1.Pod) *specs.Spec {
 	}
 }
 
-// volumeKind is the kubelet's plugin directory of a volume.
-func volumeKind(v *corev1.Volume) string {
-	switch {
-	case v == nil:
-		return "kubernetes.io~empty-dir"
-	case v.ConfigMap != nil:
-		return "kubernetes.io~configmap"
-	case v.Secret != nil:
-		return "kubernetes.io~secret"
-	case v.PersistentVolumeClaim != nil:
-		return "kubernetes.io~csi/pvc-" + v.Name + "/mount"
+// containerdDefaultMounts are the mounts of containerd's default spec
+// that are not bind mounts.
+func containerdDefaultMounts() []specs.Mount {
+	return []specs.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
+		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+		{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
 	}
-	return "kubernetes.io~empty-dir"
+}
+
+// containerMounts are the bind mounts of pod's container:
+//
+//   - the kubelet's CRI mounts (makeMounts, pkg/kubelet/kubelet_pods.go):
+//     each volumeMount at its mountPath made absolute, from the volume's
+//     dir under the pod dir (kubeletVolumeDir; a hostPath volume: its
+//     host path), a subPath mount from the bind mount the kubelet made
+//     under volume-subpaths/<volume>/<container>/<index> (of any volume,
+//     hostPath too), read-only when the volumeMount or the volume plugin
+//     says (kubeletMountsReadOnly); the pod's hosts file, unless a
+//     volumeMount is at /etc/hosts; the termination log (kuberuntime);
+//   - containerd's own files from the sandbox's dirs where the kubelet
+//     mounts nothing (linuxContainerMounts: hostname, hosts, resolv.conf,
+//     /dev/shm);
+//   - all as containerd's WithMounts writes them: type bind, options
+//     rbind, rprivate and ro or rw, sorted stably by depth.
+func containerMounts(pod *corev1.Pod) []specs.Mount {
+	c := &pod.Spec.Containers[0]
+	podDir := vmspec.DefaultKubeletRoot + "/pods/" + string(pod.UID)
+	vols := map[string]*corev1.Volume{}
+	for i := range pod.Spec.Volumes {
+		vols[pod.Spec.Volumes[i].Name] = &pod.Spec.Volumes[i]
+	}
+	type criMount struct {
+		dst, src string
+		ro       bool
+	}
+	var cri []criMount
+	etcHosts := true
+	for i, m := range c.VolumeMounts {
+		v := vols[m.Name]
+		src := kubeletVolumeDir(podDir, v)
+		if m.SubPath != "" {
+			src = fmt.Sprintf("%s/volume-subpaths/%s/%s/%d", podDir, m.Name, c.Name, i)
+		}
+		dst := m.MountPath
+		if !path.IsAbs(dst) {
+			dst = path.Clean("/" + dst)
+		}
+		cri = append(cri, criMount{dst, src, m.ReadOnly || kubeletMountsReadOnly(v)})
+		etcHosts = etcHosts && m.MountPath != "/etc/hosts"
+	}
+	if etcHosts {
+		cri = append(cri, criMount{"/etc/hosts", podDir + "/etc-hosts", false})
+	}
+	cri = append(cri, criMount{"/dev/termination-log", podDir + "/containers/" + c.Name + "/0a1b2c3d", false})
+	all := cri
+	for _, f := range []string{"hostname", "hosts", "resolv.conf", "shm"} {
+		dst := "/etc/" + f
+		if f == "shm" {
+			dst = "/dev/shm"
+		}
+		if !slices.ContainsFunc(cri, func(m criMount) bool { return path.Clean(m.dst) == dst }) {
+			all = append(all, criMount{dst, "/var/lib/containerd/io.containerd.grpc.v1.cri/sandboxes/5a3d0c9b/" + f, false})
+		}
+	}
+	sort.SliceStable(all, func(i, j int) bool {
+		return strings.Count(path.Clean(all[i].dst), "/") < strings.Count(path.Clean(all[j].dst), "/")
+	})
+	var mounts []specs.Mount
+	for _, m := range all {
+		mode := "rw"
+		if m.ro {
+			mode = "ro"
+		}
+		mounts = append(mounts, specs.Mount{Destination: m.dst, Type: "bind", Source: m.src, Options: []string{"rbind", "rprivate", mode}})
+	}
+	return mounts
+}
+
+// kubeletVolumeDir is where the kubelet mounts a volume of the pod
+// (its volume plugin's GetPath): <pod dir>/volumes/kubernetes.io~<plugin>/<name>,
+// a CSI volume's .../kubernetes.io~csi/<PV or volume name>/mount; a
+// hostPath volume's is the host path itself.
+func kubeletVolumeDir(podDir string, v *corev1.Volume) string {
+	plugin := ""
+	switch {
+	case v.HostPath != nil:
+		return v.HostPath.Path
+	case v.ConfigMap != nil:
+		plugin = "configmap/" + v.Name
+	case v.Secret != nil:
+		plugin = "secret/" + v.Name
+	case v.DownwardAPI != nil:
+		plugin = "downward-api/" + v.Name
+	case v.Projected != nil:
+		plugin = "projected/" + v.Name
+	case v.EmptyDir != nil:
+		plugin = "empty-dir/" + v.Name
+	case v.PersistentVolumeClaim != nil, v.Ephemeral != nil:
+		plugin = "csi/pvc-0f1e2d3c-" + v.Name + "/mount"
+	default:
+		panic(fmt.Sprintf("criSpec: no kubelet dir for volume %q", v.Name))
+	}
+	return podDir + "/volumes/kubernetes.io~" + plugin
+}
+
+// kubeletMountsReadOnly reports whether the kubelet mounts every mount of
+// v read-only: its volume plugin's Attributes().ReadOnly (configmap,
+// secret, downwardapi, projected: true; emptydir: false; a claim's PV: the
+// claim source's readOnly; hostpath: its mounter's readOnly, which an
+// inline hostPath volume leaves false).
+func kubeletMountsReadOnly(v *corev1.Volume) bool {
+	switch {
+	case v.ConfigMap != nil, v.Secret != nil, v.DownwardAPI != nil, v.Projected != nil:
+		return true
+	case v.PersistentVolumeClaim != nil:
+		return v.PersistentVolumeClaim.ReadOnly
+	}
+	return false
 }
 
 // apiLimitsOK reports whether the kubelet can turn q into CRI resources

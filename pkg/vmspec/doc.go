@@ -8,7 +8,9 @@
 //
 // Nothing a user writes can name a host path or a host device: disks and
 // kernels come from the container image and the pod's volumes only, and the
-// runtime resolves them to host paths itself (see pkg/convert.Paths).
+// runtime resolves them to host paths itself (see pkg/convert.Paths). Of
+// the container's bind mounts, only the pod's own volumes (and host dirs
+// a node admin allows) become the guest's shares (MountRules).
 //
 // This package does no I/O. It may import the standard library, the
 // Kubernetes API types, the OCI runtime-spec types and containerd's errdefs;

@@ -2,7 +2,6 @@ package vmspec
 
 import (
 	"errors"
-	"path"
 	"slices"
 	"strings"
 
@@ -33,8 +32,10 @@ const PodInterface = ocikeys.PodInterface
 // FromOCI builds the Spec from the OCI runtime spec of the VM's container task,
 // as containerd hands it to a shim: the pod's vmpod.io/ annotations (passed
 // through with pod_annotations = ["vmpod.io/*"]), io.kubernetes.cri.* facts,
-// the container's cgroup limits and its block devices.
-func FromOCI(spec *specs.Spec) (Spec, error) {
+// the container's cgroup limits, its block devices, and its bind mounts:
+// those rules accepts are the Shares, and one it refuses is an error
+// naming the mount.
+func FromOCI(spec *specs.Spec, rules MountRules) (Spec, error) {
 	if spec == nil {
 		return Spec{}, invalid("oci spec", "", "is nil")
 	}
@@ -68,25 +69,32 @@ func FromOCI(spec *specs.Spec) (Spec, error) {
 			s.Volumes = append(s.Volumes, Volume{Name: id, DevicePath: d.Path, Serial: id})
 		}
 	}
+	pod, mounts := rules.forPod(ann[CRISandboxUID]), visibleMounts(spec.Mounts)
+	cloudInitPath := ""
 	if s.CloudInit != nil && s.CloudInit.Volume != "" {
-		errs = append(errs, resolveCloudInitMount(s.CloudInit, spec.Mounts))
+		errs = append(errs, resolveCloudInitMount(s.CloudInit, mounts, pod))
+		cloudInitPath = s.CloudInit.VolumeMountPath
 	}
-	errs = append(errs, s.Validate())
+	shares, err := sharesFromMounts(mounts, pod, cloudInitPath)
+	s.Shares = shares
+	errs = append(errs, err, s.Validate())
 	return s, errors.Join(errs...)
 }
 
-// resolveCloudInitMount finds the cloud-init volume among the mounts: the
-// kubelet mounts a configMap or secret volume from
-// .../volumes/kubernetes.io~configmap/<volume name> (a subPath mount comes
-// from .../volume-subpaths/ and is not the whole volume). Of several
-// mounts it takes the least destination, as FromPod does: containerd
-// sorts mounts by depth, so their order here is not the pod's.
-func resolveCloudInitMount(ci *CloudInit, mounts []specs.Mount) error {
+// resolveCloudInitMount finds the cloud-init volume among the visible
+// mounts (one a later mount hides is not what the node would read): the
+// kubelet mounts this pod's configMap or secret volume from
+// <pod dir>/volumes/kubernetes.io~configmap/<volume name> (a subPath mount
+// comes from .../volume-subpaths/ and is not the whole volume; a hostPath
+// that ends the same way is no volume of this pod). Of several mounts it
+// takes the least destination, as FromPod does: containerd sorts mounts by
+// depth, so their order here is not the pod's.
+func resolveCloudInitMount(ci *CloudInit, mounts []specs.Mount, pod podMountRules) error {
 	for _, m := range mounts {
-		dir, name := path.Split(strings.TrimSuffix(m.Source, "/"))
-		kind := path.Base(dir)
-		if name == ci.Volume && (kind == "kubernetes.io~configmap" || kind == "kubernetes.io~secret") &&
-			(ci.VolumeMountPath == "" || m.Destination < ci.VolumeMountPath) {
+		src := strings.TrimSuffix(m.Source, "/")
+		isVolume := pod.podDir != "" && (src == pod.podDir+"/volumes/kubernetes.io~configmap/"+ci.Volume ||
+			src == pod.podDir+"/volumes/kubernetes.io~secret/"+ci.Volume)
+		if isVolume && (ci.VolumeMountPath == "" || m.Destination < ci.VolumeMountPath) {
 			ci.VolumeMountPath = m.Destination
 		}
 	}

@@ -23,6 +23,7 @@ func ociSpec(extra map[string]string) *specs.Spec {
 		vmspec.CRISandboxName:      "web",
 		vmspec.CRISandboxNamespace: "default",
 		vmspec.CRISandboxID:        "0123abcd",
+		vmspec.CRISandboxUID:       podUID,
 	}
 	for k, v := range extra {
 		ann[k] = v
@@ -40,7 +41,7 @@ func ociSpec(extra map[string]string) *specs.Spec {
 			},
 		},
 		Mounts: []specs.Mount{
-			{Destination: "/cloud-init", Source: "/var/lib/kubelet/pods/u/volumes/kubernetes.io~configmap/seed/", Type: "bind"},
+			{Destination: "/cloud-init", Source: "/var/lib/kubelet/pods/" + podUID + "/volumes/kubernetes.io~configmap/seed/", Type: "bind"},
 			{Destination: "/etc/hosts", Source: "/var/lib/containerd/sandboxes/x/hosts", Type: "bind"},
 		},
 	}
@@ -56,7 +57,7 @@ func TestFromOCI(t *testing.T) {
 	got, err := vmspec.FromOCI(ociSpec(map[string]string{
 		vmspec.AnnotationFirmware:        "uefi",
 		vmspec.AnnotationCloudInitVolume: "seed",
-	}))
+	}), vmspec.MountRules{})
 	if err != nil {
 		t.Fatalf("FromOCI: %v", err)
 	}
@@ -76,7 +77,7 @@ func TestFromOCIAgreesWithFromPod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fromOCI, err := vmspec.FromOCI(ociSpec(pod.Annotations))
+	fromOCI, err := vmspec.FromOCI(ociSpec(pod.Annotations), vmspec.MountRules{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +109,7 @@ func TestFromOCIErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := vmspec.FromOCI(tt.spec)
+			_, err := vmspec.FromOCI(tt.spec, vmspec.MountRules{})
 			if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("FromOCI error = %v, want InvalidArgument containing %q", err, tt.want)
 			}
@@ -120,8 +121,9 @@ func TestFromOCIErrors(t *testing.T) {
 func TestFromOCIWithoutCRI(t *testing.T) {
 	s := ociSpec(nil)
 	s.Annotations = nil
+	s.Mounts = nil // ctr run mounts no pod volumes
 	s.Hostname = "box"
-	got, err := vmspec.FromOCI(s)
+	got, err := vmspec.FromOCI(s, vmspec.MountRules{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -59,10 +59,14 @@ func FromPod(pod *corev1.Pod) (Spec, error) {
 		s.Volumes = append(s.Volumes, Volume{Name: id, DevicePath: d.DevicePath, Serial: id})
 	}
 
+	cloudInitPath := ""
 	if s.CloudInit != nil && s.CloudInit.Volume != "" {
 		errs = append(errs, resolveCloudInitVolume(s.CloudInit, c, vols))
+		cloudInitPath = s.CloudInit.VolumeMountPath
 	}
-	errs = append(errs, s.Validate())
+	shares, err := sharesFromVolumeMounts(pod.Spec.Volumes, c.VolumeMounts, cloudInitPath)
+	s.Shares = shares
+	errs = append(errs, err, s.Validate())
 	return s, errors.Join(errs...)
 }
 
@@ -150,9 +154,9 @@ func resolveCloudInitVolume(ci *CloudInit, c *corev1.Container, vols map[string]
 	// containerd's order, not the pod's: both front doors take the least
 	// mount path of the mounts of the whole volume (see FromOCI).
 	for _, m := range c.VolumeMounts {
-		if m.Name == ci.Volume && m.SubPath == "" && m.SubPathExpr == "" &&
-			(ci.VolumeMountPath == "" || m.MountPath < ci.VolumeMountPath) {
-			ci.VolumeMountPath = m.MountPath
+		if p := kubeletMountPath(m.MountPath); m.Name == ci.Volume && m.SubPath == "" && m.SubPathExpr == "" &&
+			(ci.VolumeMountPath == "" || p < ci.VolumeMountPath) {
+			ci.VolumeMountPath = p
 		}
 	}
 	if ci.VolumeMountPath == "" {

@@ -111,7 +111,7 @@ func TestFromPod(t *testing.T) {
 			},
 		},
 		{
-			name: "cloud-init from the least whole mount of the volume",
+			name: "cloud-init from the least whole mount of the volume; its other mounts are shares",
 			pod: MakePod("web").
 				ConfigMapVolume("seed", "web-seed", "/seed").
 				VolumeMount("seed", "/a/user-data", "user-data").
@@ -119,6 +119,7 @@ func TestFromPod(t *testing.T) {
 				Annotation(vmspec.AnnotationCloudInitVolume, "seed"),
 			want: func(s *vmspec.Spec) {
 				s.CloudInit = &vmspec.CloudInit{Volume: "seed", VolumeMountPath: "/etc/seed"}
+				s.Shares = []vmspec.Share{vmspec.NewShare("/a/user-data", true), vmspec.NewShare("/seed", true)}
 			},
 		},
 		{

@@ -1,6 +1,7 @@
 package vmspec_test
 
 import (
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,8 +22,9 @@ import (
 // FuzzFrontDoorsAgree builds a pod from fuzzed annotations, limits and
 // volumes, and the OCI spec containerd's CRI plugin writes for its
 // container (criSpec). The scheduler and render read the pod (FromPod), the
-// shim reads the OCI spec (FromOCI): both must accept it or both refuse it
-// (with InvalidArgument), and when they accept, the Specs must be equal.
+// shim reads the OCI spec (FromOCI, with a node's default MountRules): both
+// must accept it or both refuse it (with InvalidArgument), and when they
+// accept, the Specs must be equal, their Shares among them.
 //
 // vols is a list of volumes, ';' between them, ',' between fields:
 //
@@ -30,9 +32,17 @@ import (
 //	e,<name>,<devicePath>   an ephemeral volume as a block device
 //	c,<name>,<mountPath>    a configMap volume, mounted
 //	s,<name>,<mountPath>    a secret volume, mounted
+//	a,<name>,<mountPath>    a downwardAPI volume, mounted
+//	j,<name>,<mountPath>    a projected volume, mounted
+//	d,<name>,<mountPath>    an emptyDir volume, mounted
+//	p,<name>,<mountPath>    a persistentVolumeClaim volume, mounted
+//	q,<name>,<mountPath>    a persistentVolumeClaim volume with readOnly, mounted
+//	h,<name>,<mountPath>    a hostPath volume of /srv/<name>, mounted
 //	m,<name>,<mountPath>[,<subPath>]   one more mount of a volume
+//	r,<name>,<mountPath>[,<subPath>]   one more mount of a volume, readOnly
 //
-// Pods the apiserver would refuse are skipped (frontDoorPod).
+// Pods the apiserver would refuse are skipped (frontDoorPod), and so are
+// the two the node cannot tell from others (frontDoorPod says which).
 func FuzzFrontDoorsAgree(f *testing.F) {
 	f.Add(vmspec.AnnotationFirmware, "uefi", "", "", "2", "256Mi", "b,data,/dev/data")
 	f.Add(vmspec.AnnotationCloudInitVolume, "seed", vmspec.AnnotationBoot, "disk", "1500m", "1Gi", "c,seed,/cloud-init;b,data,/dev/xvdb")
@@ -49,7 +59,7 @@ func FuzzFrontDoorsAgree(f *testing.F) {
 		}
 		oci := criSpec(pod)
 		fromPod, errPod := vmspec.FromPod(pod)
-		fromOCI, errOCI := vmspec.FromOCI(oci)
+		fromOCI, errOCI := vmspec.FromOCI(oci, vmspec.MountRules{})
 		for _, err := range []error{errPod, errOCI} {
 			if err != nil && !errdefs.IsInvalidArgument(err) {
 				t.Fatalf("error is not InvalidArgument: %v", err)
@@ -109,7 +119,7 @@ func frontDoorPod(k1, v1, k2, v2, cpu, mem, vols string) (*corev1.Pod, bool) {
 	}
 
 	c := &p.Spec.Containers[0]
-	var names, devicePaths, mountPaths []string
+	var names, devicePaths, mountPaths, hostPaths []string
 	for entry := range strings.SplitSeq(vols, ";") {
 		if entry == "" {
 			continue
@@ -119,10 +129,11 @@ func frontDoorPod(k1, v1, k2, v2, cpu, mem, vols string) (*corev1.Pod, bool) {
 			return nil, false
 		}
 		kind, name, where := f[0], f[1], f[2]
-		if kind != "m" && len(f) != 3 || kind == "m" && !slices.Contains(names, name) {
+		more := kind == "m" || kind == "r" // one more mount of a volume
+		if !more && len(f) != 3 || more && !slices.Contains(names, name) {
 			return nil, false
 		}
-		if kind != "m" {
+		if !more {
 			if slices.Contains(names, name) {
 				return nil, false // volume names are unique
 			}
@@ -142,29 +153,62 @@ func frontDoorPod(k1, v1, k2, v2, cpu, mem, vols string) (*corev1.Pod, bool) {
 				Ephemeral: &corev1.EphemeralVolumeSource{},
 			}})
 			c.VolumeDevices = append(c.VolumeDevices, corev1.VolumeDevice{Name: name, DevicePath: where})
-		case "c", "s", "m":
+		case "c", "s", "a", "j", "d", "p", "q", "h", "m", "r":
 			if slices.Contains(mountPaths, where) {
 				return nil, false // and mount paths
 			}
 			mountPaths = append(mountPaths, where)
+			sub := ""
+			if len(f) == 4 {
+				sub = f[3]
+			}
+			// The node sees a subPath only as the kubelet's bind mount
+			// of it under volume-subpaths, whatever the volume: it
+			// cannot tell a hostPath volume's subPath from a pod
+			// volume's, and shares it. FromPod refuses the pod.
+			if more && sub != "" && slices.Contains(hostPaths, name) {
+				return nil, false
+			}
 			switch kind {
 			case "c":
 				p.ConfigMapVolume(name, name, where)
 			case "s":
-				p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
-					Secret: &corev1.SecretVolumeSource{SecretName: name},
-				}})
-				p.VolumeMount(name, where, "")
-			default:
-				sub := ""
-				if len(f) == 4 {
-					sub = f[3]
-				}
+				p.SecretVolume(name, name, where)
+			case "a":
+				p.DownwardAPIVolume(name, where)
+			case "j":
+				p.ProjectedVolume(name, where)
+			case "d":
+				p.EmptyDirVolume(name, where)
+			case "p":
+				p.ClaimVolume(name, name+"-claim", where)
+			case "q":
+				p.ReadOnlyClaimVolume(name, name+"-claim", where)
+			case "h":
+				hostPaths = append(hostPaths, name)
+				p.HostPathVolume(name, "/srv/"+name, where)
+			case "m":
 				p.VolumeMount(name, where, sub)
+			case "r":
+				p.ReadOnlyVolumeMount(name, where, sub)
 			}
 		default:
 			return nil, false
 		}
+	}
+	// The kubelet mounts a relative mountPath at /<mountPath>: two mounts
+	// the apiserver lets through ("data", "/data") are then one path,
+	// where the node sees the last.
+	seen := map[string]bool{}
+	for _, m := range mountPaths {
+		abs := m
+		if !path.IsAbs(abs) {
+			abs = path.Clean("/" + abs)
+		}
+		if seen[abs] {
+			return nil, false
+		}
+		seen[abs] = true
 	}
 	for _, d := range devicePaths {
 		if slices.Contains(mountPaths, d) {

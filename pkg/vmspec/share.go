@@ -18,8 +18,10 @@ import (
 // the runtime's file server serves it (convert.Paths.Shares names the
 // server's socket).
 //
-// Groundwork: the converter turns Shares into the domain's virtio-fs
-// devices; the front doors do not make Shares yet (docs/volumes.md).
+// Both front doors make Shares, by one rule (FromPod from the pod's
+// volumes, FromOCI from the container's bind mounts under the node's
+// MountRules), and the converter turns them into the domain's virtio-fs
+// devices; what the runtime serves so far: docs/volumes.md.
 type Share struct {
 	// Tag is the virtio-fs tag the guest mounts the share by, made from
 	// MountPath alone (ShareTag), so both front doors give the same.

@@ -35,7 +35,8 @@ var daemonExecStart = []string{"/opt/vmpod/bin/vm-runtime", "daemon",
 	"--state-root", "/var/lib/vmpod",
 	"--capabilities-cache", "/var/cache/vmpod/qemu-capabilities",
 	"--kvm-cache", "/var/lib/vmpod/kvm-probe.json",
-	"--disk-cap", "20Gi"}
+	"--disk-cap", "20Gi",
+	"--kubelet-root-dir", "/var/lib/kubelet"}
 
 // TestMain makes the test binary the fake host tools of
 // TestInstallerStartsDaemon when it runs under their names.

@@ -104,21 +104,80 @@ func (p *PodWrapper) HostPathBlockVolume(name, path, devicePath string) *PodWrap
 	return p
 }
 
-// ConfigMapVolume adds a configMap volume, mounted at mountPath unless it is "".
-func (p *PodWrapper) ConfigMapVolume(name, configMap, mountPath string) *PodWrapper {
-	p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
-		ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: configMap}},
-	}})
+// Volume adds a volume of source src, mounted at mountPath unless it is
+// "" (volumeMounts[].readOnly unset, as most pods leave it).
+func (p *PodWrapper) Volume(name string, src corev1.VolumeSource, mountPath string) *PodWrapper {
+	p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: name, VolumeSource: src})
 	if mountPath != "" {
-		c := &p.Spec.Containers[0]
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: mountPath, ReadOnly: true})
+		p.VolumeMount(name, mountPath, "")
 	}
 	return p
+}
+
+// ConfigMapVolume adds a configMap volume, mounted at mountPath unless it is "".
+func (p *PodWrapper) ConfigMapVolume(name, configMap, mountPath string) *PodWrapper {
+	return p.Volume(name, corev1.VolumeSource{
+		ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: configMap}},
+	}, mountPath)
+}
+
+// SecretVolume adds a secret volume, mounted at mountPath unless it is "".
+func (p *PodWrapper) SecretVolume(name, secret, mountPath string) *PodWrapper {
+	return p.Volume(name, corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: secret}}, mountPath)
+}
+
+// ProjectedVolume adds a projected volume of a service account token, as
+// the apiserver adds kube-api-access-*, mounted at mountPath unless it is "".
+func (p *PodWrapper) ProjectedVolume(name, mountPath string) *PodWrapper {
+	return p.Volume(name, corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{{
+		ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"},
+	}}}}, mountPath)
+}
+
+// DownwardAPIVolume adds a downwardAPI volume of the pod's labels, mounted
+// at mountPath unless it is "".
+func (p *PodWrapper) DownwardAPIVolume(name, mountPath string) *PodWrapper {
+	return p.Volume(name, corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{{
+		Path: "labels", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels"},
+	}}}}, mountPath)
+}
+
+// EmptyDirVolume adds an emptyDir volume, mounted at mountPath unless it is "".
+func (p *PodWrapper) EmptyDirVolume(name, mountPath string) *PodWrapper {
+	return p.Volume(name, corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}, mountPath)
+}
+
+// ClaimVolume adds a persistentVolumeClaim volume, mounted (a filesystem
+// claim) at mountPath unless it is "".
+func (p *PodWrapper) ClaimVolume(name, claim, mountPath string) *PodWrapper {
+	return p.Volume(name, corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim},
+	}, mountPath)
+}
+
+// ReadOnlyClaimVolume is ClaimVolume with persistentVolumeClaim.readOnly.
+func (p *PodWrapper) ReadOnlyClaimVolume(name, claim, mountPath string) *PodWrapper {
+	return p.Volume(name, corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim, ReadOnly: true},
+	}, mountPath)
+}
+
+// HostPathVolume adds a hostPath volume of the node's dir hostPath,
+// mounted at mountPath unless it is "" (which no VM pod may mount).
+func (p *PodWrapper) HostPathVolume(name, hostPath, mountPath string) *PodWrapper {
+	return p.Volume(name, corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: hostPath}}, mountPath)
 }
 
 // VolumeMount mounts an existing volume once more, at mountPath, with
 // subPath unless it is "".
 func (p *PodWrapper) VolumeMount(name, mountPath, subPath string) *PodWrapper {
+	c := &p.Spec.Containers[0]
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: mountPath, SubPath: subPath})
+	return p
+}
+
+// ReadOnlyVolumeMount is VolumeMount with readOnly: true.
+func (p *PodWrapper) ReadOnlyVolumeMount(name, mountPath, subPath string) *PodWrapper {
 	c := &p.Spec.Containers[0]
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: mountPath, SubPath: subPath, ReadOnly: true})
 	return p
