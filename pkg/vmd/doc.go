@@ -53,16 +53,18 @@
 // To do, in order:
 //   - Issue 24 (volumes by virtio-fs), the plan in
 //     docs/design/volumes-virtiofs.md §8. Done: vmspec.Share and its tag,
-//     the converter's filesystems step (§8 steps 2, 3), the file server's
-//     jail (pkg/jail Shares, Capabilities, ProfileVirtiofsd; step 1's
-//     jail half, TestJailVirtiofsd), the share rule (vmspec.MountRules,
-//     FromPod, FromOCI; vmd.FromOCI fills ShareSources; the flags
-//     --kubelet-root-dir and --volume-host-paths). Next: pkg/vm starts a
-//     jailed virtiofsd per share (a second leased uid, a sibling cgroup
-//     under the pod's, the socket in the VM dir, gone with the VM): until
-//     then a VM with a share fails at create; the test guest's mounts
-//     (modules fuse and virtiofs: the spike in the design doc booted one),
-//     then e2e, critest (--volume-host-paths=/tmp), bench and docs.
+//     the converter's filesystems step, the file server's jail (pkg/jail
+//     ProfileVirtiofsd), the share rule (vmspec.MountRules, FromPod,
+//     FromOCI; the flags --kubelet-root-dir and --volume-host-paths),
+//     pkg/vm's file servers (shares.go: a second leased uid, a cgroup
+//     beside QEMU's, the socket in the VM dir, a failure ends the VM;
+//     TestVMShares), the seed's vmpod-shares and vendor-data, the test
+//     guest's mounts, test/e2e TestVolumes and TestVolumeRefused.
+//     Left: an adopted VM's servers are not watched; image volumes
+//     (containerd's image-volumes dir in MountRules; vm-runtime cri
+//     mounting Mount.image); block PVCs through a real PV in local-up
+//     and a StatefulSet; critest's volume specs (--volume-host-paths=/tmp);
+//     a test of the systemd driver's sibling scope (test/nodevm).
 //   - Issue 28, items 10, 12 and 13 are done (see "Also done" below).
 //     Left of them: a read-only state root is tested by unit tests only;
 //     a liveness exec probe of a VM paused on a full disk must fail
