@@ -154,7 +154,7 @@
 //     upstream names; the server fetches them from a registry the test
 //     serves there (--registry-mirror for registry.k8s.io, gcr.io and
 //     k8s.gcr.io), each name served as the test guest. Of its 142 specs
-//     53 pass, none fails, 84 are skipped, each with its reason and its
+//     55 pass, none fails, 82 are skipped, each with its reason and its
 //     count in one table (critestSkips in test/cri/critest_test.go, which
 //     fails when a pattern skips another number of specs, none above all;
 //     docs/install.md lists them); 5 skip themselves (benchmarks). It adds
@@ -162,7 +162,8 @@
 //     Context, AppArmor, sysctls, OOM kill: 44; HostIpc is false, which
 //     lists shared memory with ipcs, absent from the test guest: 1;
 //     cAdvisor's container series of the metrics RPCs: 2), host mounts
-//     (volumes, propagation, read-only mounts, image volumes: 15), the
+//     (propagation, read-only mounts, image volumes: 13; the volume specs
+//     pass, with --volume-host-paths naming critest's temp dir), the
 //     container's command (its output as the log, attach to its shell, a
 //     TTY exec: 3), several containers in a pod (4), NRI (13), host
 //     network (1), and upstream's image by its digest (1). Its containers

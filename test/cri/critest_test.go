@@ -52,11 +52,11 @@ var critestSkips = []struct {
 	{`should support log runtime should support starting container with log`, "the log is the command's (echo) output; a VM runs its own init, its log is the serial console", 1},
 	{`should support streaming interfaces runtime should support attach`, "attach talks to the command's shell (sh) on stdin; a VM's attach is its serial console", 1},
 	{`exec with tty=true`, "the guest agent gives a command pipes, never a terminal: vmpod refuses a TTY exec (attach is the console)", 1},
-	// Host mounts: a VM gets disks, not bind mounts.
-	{`Container Mount Propagation`, "host mounts propagated into a container's mount namespace; a VM sees no host mount", 3},
-	{`Container Mount Readonly`, "recursive read-only bind mounts; a VM sees no host mount", 5},
-	{`should support adding volume and device`, "a host path bind-mounted into the container, checked by a file in it; a VM sees no host mount", 2},
-	{`Image Volume`, "an image's files mounted into the container; a VM sees no host mount", 5},
+	// Host mounts: a VM's guest gets a host dir as a virtio-fs share, in
+	// a file server's private mount namespace.
+	{`Container Mount Propagation`, "mounts made on the host after the start propagated into the container; a share is served from a file server's private mount namespace, which sees no later host mount", 3},
+	{`Container Mount Readonly`, "recursive read-only bind mounts checked from a container process's mount table; not tried with shares yet", 5},
+	{`Image Volume`, "an image's files mounted into the container; vm-runtime cri does not mount image volumes yet (docs/volumes.md)", 5},
 	// cAdvisor's series of a container process.
 	{`PodSandbox runtime should support metrics operations`, "critest wants cAdvisor's 39 container series (file systems, blkio, file descriptors, CPU throttling...), most of them a host process's, and writes files with an exec 30 s after a start, before a TCG guest has booted; vm-runtime cri reports the series a VM pod has (docs/metrics.md; test/cri TestCrictlVMPod checks them)", 2},
 	// One VM per pod.
@@ -117,6 +117,9 @@ func TestCritest(t *testing.T) {
 	for _, upstream := range critestRegistries {
 		n.serverArgs = append(n.serverArgs, "--registry-mirror", upstream+"=http://"+host)
 	}
+	// critest's host dirs, bind-mounted into its containers (the volume
+	// specs), are made under its TMPDIR: the guest gets them as shares.
+	n.serverArgs = append(n.serverArgs, "--volume-host-paths", n.dir)
 	n.start()
 	sock := n.serveMemoryProxy()
 
