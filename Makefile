@@ -91,7 +91,8 @@ fuzz:
 # shim's memory with 10 VM pods, and 20 VM pods started at once in pod
 # cgroups limited as the kubelet limits them (BenchmarkDensity: start to
 # /init p50/p95, memory used against limits plus RuntimeClass overhead;
-# docs/overhead.md); the scheduler plugin's cost
+# docs/overhead.md), and what virtio-fs shares cost (BenchmarkShareMemory:
+# a VM with 0, 1 and 4 shares; docs/overhead.md); the scheduler plugin's cost
 # (BenchmarkSchedulingThroughput: pods/s with the default plugins and with
 # VMPlacement on 1,000 and 5,000 nodes, their ratio, and the time per pod
 # of each extension point; docs/scheduler.md); then the pieces (converter,
@@ -102,6 +103,7 @@ bench: deps guest
 	@echo '== memory'
 	$(GO) test -run '^$$' -bench BenchmarkShimFootprint -benchtime 1x -timeout 60m ./test/containerd
 	$(GO) test -run '^$$' -bench BenchmarkDensity -benchtime 1x -timeout 15m ./test/containerd
+	$(GO) test -run '^$$' -bench BenchmarkShareMemory -benchtime 1x -timeout 15m ./pkg/vm
 	@echo '== scheduler'
 	$(GO) test -run '^$$' -bench BenchmarkFilterScore -benchmem ./pkg/scheduler/vmplacement
 	@# The in-process API server and etcd log hundreds of shutdown warnings: all go to a file, the rest is shown.

@@ -40,7 +40,7 @@ func (r *records) last() vm.Held {
 // testdata/podFile, named name, with its image bind-mounted as a runtime
 // mounts a snapshot, in a cgroup of its own under a pod cgroup the test
 // removes at its end.
-func lifecycleRequest(t *testing.T, podFile, name, dir string, rec *records) vm.Request {
+func lifecycleRequest(t testing.TB, podFile, name, dir string, rec *records) vm.Request {
 	t.Helper()
 	pod := podFromFile(t, podFile)
 	pod.Name = name

@@ -178,14 +178,20 @@ func OverheadModel(s vmspec.Spec, h host.Host) vmspec.Overhead {
 }
 
 // MemoryLimit is QEMU's memory limit on a node like h: the guest's RAM and
-// the overhead of QEMU and the runtime.
+// the overhead of QEMU and the runtime. The shares' part
+// (vmspec.SharesOverheadBytes) is not in it: their file servers have a
+// cgroup of their own, under the pod's. What shares add to QEMU itself (a
+// device each, the kernel memory of its guest RAM in a memfd: 3.5 MiB at 1
+// GiB and 1 share, measured) is within the model's headroom at the sizes
+// measured (docs/overhead.md).
 func MemoryLimit(s vmspec.Spec, h host.Host) uint64 {
 	return s.MemoryBytes + OverheadModel(s, h).Bytes(s.MemoryBytes, s.VCPUs)
 }
 
-// CheckPodLimit refuses a VM that cannot fit its overhead in podLimit, the
-// pod cgroup's memory limit (the pod's limits plus the RuntimeClass
-// overhead; 0: none): it would be OOM-killed at some point of its life.
+// CheckPodLimit refuses a VM that cannot fit its overhead, its shares'
+// included, in podLimit, the pod cgroup's memory limit (the pod's limits
+// plus the RuntimeClass overhead; 0: none): it would be OOM-killed at some
+// point of its life.
 func CheckPodLimit(s vmspec.Spec, h host.Host, podLimit uint64) error {
-	return OverheadModel(s, h).CheckPodLimit(podLimit, s.MemoryBytes, s.VCPUs)
+	return OverheadModel(s, h).CheckPodLimit(podLimit, s.MemoryBytes, s.VCPUs, len(s.Shares))
 }

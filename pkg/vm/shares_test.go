@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
+
+	"github.com/vmpod/vmpod/pkg/host"
 	"github.com/vmpod/vmpod/pkg/podcgroup"
 	"github.com/vmpod/vmpod/pkg/vm"
 	"github.com/vmpod/vmpod/pkg/vmspec"
@@ -247,4 +250,30 @@ func memoryUsageFile() string {
 		return "memory.current"
 	}
 	return "memory.usage_in_bytes"
+}
+
+// TestCheckPodLimitCountsShares: the pod's limit must hold the file
+// servers of the VM's shares beside its overhead; QEMU's own limit does
+// not count them (they are not in its cgroup).
+func TestCheckPodLimitCountsShares(t *testing.T) {
+	spec, err := vmspec.FromPod(podFromFile(t, "boot-pod.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tcg host.Host // no KVM: the TCG model
+	limit := spec.MemoryBytes + vmspec.OverheadTCG.Bytes(spec.MemoryBytes, spec.VCPUs)
+	if err := vm.CheckPodLimit(spec, tcg, limit); err != nil {
+		t.Fatalf("no shares, pod limit guest RAM + overhead: %v", err)
+	}
+	spec.Shares = []vmspec.Share{vmspec.NewShare("/data", false), vmspec.NewShare("/etc/config", true)}
+	if got := vm.MemoryLimit(spec, tcg); got != limit {
+		t.Errorf("QEMU's limit with shares %d MiB, want %d MiB as without", got>>20, limit>>20)
+	}
+	err = vm.CheckPodLimit(spec, tcg, limit)
+	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "for its 2 virtio-fs shares") {
+		t.Errorf("2 shares in a pod limit without room for them: %v, want FailedPrecondition naming the shares", err)
+	}
+	if err := vm.CheckPodLimit(spec, tcg, limit+vmspec.SharesOverheadBytes(spec.MemoryBytes, 2)); err != nil {
+		t.Errorf("2 shares, pod limit with room for them: %v", err)
+	}
 }

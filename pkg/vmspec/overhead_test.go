@@ -1,6 +1,7 @@
 package vmspec_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -67,10 +68,13 @@ func TestOverheadModels(t *testing.T) {
 		if podFixed%(4*mib) != 0 {
 			t.Errorf("%s: podFixed %d, want whole 4 MiB", e.RuntimeClass, podFixed)
 		}
-		need := max(tcg.Bytes(e.MaxGuestBytes, e.MaxVCPUs), kvm.Bytes(e.MaxGuestBytes, e.MaxVCPUs))
+		need := max(tcg.PodBytes(e.MaxGuestBytes, e.MaxVCPUs, e.MaxShares), kvm.PodBytes(e.MaxGuestBytes, e.MaxVCPUs, e.MaxShares))
 		if need > podFixed || need+4*mib <= podFixed {
 			t.Errorf("%s: the largest covered VM needs %d MiB, podFixed is %d MiB; want the need rounded up to 4 MiB",
 				e.RuntimeClass, need/mib, podFixed/mib)
+		}
+		if e.MaxShares <= 0 || e.MaxShares > vmspec.MaxShares {
+			t.Errorf("%s: covers %d shares, want 1 to %d (nearly every pod has a service account token)", e.RuntimeClass, e.MaxShares, vmspec.MaxShares)
 		}
 		if names[e.RuntimeClass] {
 			t.Errorf("RuntimeClass %s listed twice", e.RuntimeClass)
@@ -80,14 +84,17 @@ func TestOverheadModels(t *testing.T) {
 	if s, d := vmspec.EnvelopeSmall.PodFixedBytes(), vmspec.EnvelopeDefault.PodFixedBytes(); s >= d {
 		t.Errorf("vmpod-small reserves %d MiB, not less than vmpod's %d MiB", s/mib, d/mib)
 	}
-	if big := vmspec.PodFixedFor(64<<30, 32); big <= vmspec.RecommendedPodFixedBytes() {
-		t.Errorf("PodFixedFor(64 GiB, 32) = %d MiB, not above the default %d MiB", big/mib, vmspec.RecommendedPodFixedBytes()/mib)
+	if big := vmspec.PodFixedFor(64<<30, 32, 8); big <= vmspec.RecommendedPodFixedBytes() {
+		t.Errorf("PodFixedFor(64 GiB, 32, 8) = %d MiB, not above the default %d MiB", big/mib, vmspec.RecommendedPodFixedBytes()/mib)
+	}
+	if more, d := vmspec.PodFixedFor(8<<30, 8, 16), vmspec.RecommendedPodFixedBytes(); more <= d {
+		t.Errorf("PodFixedFor(8 GiB, 8, 16 shares) = %d MiB, not above the default %d MiB (8 shares)", more/mib, d/mib)
 	}
 	// The figures docs/overhead.md and manifests/ give.
 	for _, tc := range []struct {
 		e    vmspec.Envelope
 		want uint64
-	}{{vmspec.EnvelopeDefault, 132 * mib}, {vmspec.EnvelopeSmall, 72 * mib}} {
+	}{{vmspec.EnvelopeDefault, 188 * mib}, {vmspec.EnvelopeSmall, 84 * mib}} {
 		if got := tc.e.PodFixedBytes(); got != tc.want {
 			t.Errorf("%s: podFixed %d MiB, want %d MiB", tc.e.RuntimeClass, got/mib, tc.want/mib)
 		}
@@ -128,24 +135,71 @@ func TestOverheadTCGBoundsMeasurements(t *testing.T) {
 	}
 }
 
-func TestCheckPodLimit(t *testing.T) {
-	o := vmspec.Overhead{FixedBytes: 100 * mib, PerGuestGiBBytes: 3 * mib, PerVCPUBytes: 2 * mib}
-	guest := uint64(1 << 30) // overhead with 1 vCPU: 105 MiB
+// TestSharesOverheadBytes: each share costs OverheadPerShareBytes, and a
+// VM with any costs OverheadSharedRAMPerGiBBytes for its guest RAM (a
+// shared memfd); none, nothing; the same under either accelerator.
+func TestSharesOverheadBytes(t *testing.T) {
+	per, ram := vmspec.OverheadPerShareBytes, vmspec.OverheadSharedRAMPerGiBBytes
 	tests := []struct {
-		name    string
-		limit   uint64
-		wantErr string
+		name   string
+		guest  uint64
+		shares int
+		want   uint64
 	}{
-		{"no limit", 0, ""},
-		{"exactly enough", guest + 105*mib, ""},
-		{"more than enough", guest + 256*mib, ""},
-		{"a MiB short", guest + 104*mib,
-			"pod memory limit 1128 MiB cannot hold the VM: 1024 MiB guest RAM + 105 MiB overhead (1 vCPUs) = 1129 MiB; " +
-				"the RuntimeClass's overhead.podFixed memory must be at least 105 MiB for this VM"},
+		{"no shares", 8 << 30, 0, 0},
+		{"negative counts as none", 8 << 30, -1, 0},
+		{"1 share, 1 GiB", 1 << 30, 1, per + ram},
+		{"4 shares, 2 GiB", 2 << 30, 4, 4*per + 2*ram},
+		// 3 MiB/GiB of 512 MiB is 1.5 MiB: rounded up to whole MiB.
+		{"512 MiB rounds up", 512 * mib, 2, 2*per + (ram/2+mib-1)&^(mib-1)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := o.CheckPodLimit(tt.limit, guest, 1)
+			if got := vmspec.SharesOverheadBytes(tt.guest, tt.shares); got != tt.want {
+				t.Errorf("SharesOverheadBytes(%d MiB, %d) = %d MiB + %d, want %d MiB", tt.guest/mib, tt.shares, got/mib, got%mib, tt.want/mib)
+			}
+			for _, o := range []vmspec.Overhead{vmspec.OverheadTCG, vmspec.OverheadKVM} {
+				if got, want := o.PodBytes(tt.guest, 2, tt.shares), o.Bytes(tt.guest, 2)+tt.want; got != want {
+					t.Errorf("PodBytes(%d MiB, 2, %d) = %d MiB, want Bytes + the shares' %d MiB", tt.guest/mib, tt.shares, got/mib, want/mib)
+				}
+			}
+		})
+	}
+	// The figures of the comment and docs/overhead.md.
+	if per != 4*mib || ram != 3*mib {
+		t.Errorf("per share %d MiB, shared RAM %d MiB per GiB: docs/overhead.md gives 4 and 3", per/mib, ram/mib)
+	}
+	if got := vmspec.SharesOverheadBytes(vmspec.MaxMemoryBytes, vmspec.MaxShares); got < vmspec.MaxShares*per {
+		t.Errorf("SharesOverheadBytes(1 TiB, %d) = %d: it wrapped", vmspec.MaxShares, got)
+	}
+}
+
+func TestCheckPodLimit(t *testing.T) {
+	o := vmspec.Overhead{FixedBytes: 100 * mib, PerGuestGiBBytes: 3 * mib, PerVCPUBytes: 2 * mib}
+	guest := uint64(1 << 30) // overhead with 1 vCPU: 105 MiB
+	shares := vmspec.SharesOverheadBytes(guest, 2)
+	tests := []struct {
+		name    string
+		limit   uint64
+		shares  int
+		wantErr string
+	}{
+		{"no limit", 0, 0, ""},
+		{"exactly enough", guest + 105*mib, 0, ""},
+		{"more than enough", guest + 256*mib, 0, ""},
+		{"a MiB short", guest + 104*mib, 0,
+			"pod memory limit 1128 MiB cannot hold the VM: 1024 MiB guest RAM + 105 MiB overhead (1 vCPUs) = 1129 MiB; " +
+				"the RuntimeClass's overhead.podFixed memory must be at least 105 MiB for this VM"},
+		{"no limit, shares", 0, 2, ""},
+		{"exactly enough with shares", guest + 105*mib + shares, 2, ""},
+		{"shares a MiB short", guest + 105*mib + shares - mib, 2,
+			fmt.Sprintf("pod memory limit %d MiB cannot hold the VM: 1024 MiB guest RAM + 105 MiB overhead (1 vCPUs) + %d MiB for its 2 virtio-fs shares = %d MiB; "+
+				"the RuntimeClass's overhead.podFixed memory must be at least %d MiB for this VM",
+				(guest+105*mib+shares)/mib-1, shares/mib, (guest+105*mib+shares)/mib, 105+shares/mib)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := o.CheckPodLimit(tt.limit, guest, 1, tt.shares)
 			if tt.wantErr == "" {
 				if err != nil {
 					t.Fatalf("CheckPodLimit: %v", err)

@@ -10,6 +10,7 @@ import (
 //
 //	counted(p)   = p's memory requests + p.spec.overhead   (what NodeResourcesFit counts)
 //	footprint(p) = guest RAM (limits.memory) + vmspec overhead(guest RAM, vCPUs, accelerator)
+//	               + vmspec shares' overhead(guest RAM, shares)         (its file servers, shared guest RAM)
 //	extra(p)     = max(0, footprint(p) - counted(p))        for a VM pod, 0 for any other pod
 //
 // and a VM pod fits a node when
@@ -19,9 +20,10 @@ import (
 // NodeResourcesFit still checks requests alone; this is the stricter check
 // on top, never a second count of the same bytes.
 
-// vmFootprint is guest RAM plus vmspec's overhead model.
-func vmFootprint(guestBytes int64, vcpus int, kvm bool) int64 {
-	return addSat(guestBytes, int64Sat(vmspec.OverheadFor(kvm).Bytes(uint64(max(guestBytes, 0)), vcpus)))
+// vmFootprint is guest RAM plus vmspec's overhead model, the VM's shares'
+// part included (Overhead.PodBytes): what its pod cgroup holds.
+func vmFootprint(guestBytes int64, vcpus, shares int, kvm bool) int64 {
+	return addSat(guestBytes, int64Sat(vmspec.OverheadFor(kvm).PodBytes(uint64(max(guestBytes, 0)), vcpus, shares)))
 }
 
 // usedMemory is the memory the node's pods take: NodeResourcesFit's count
@@ -43,6 +45,6 @@ func (pl *VMPlacement) podExtra(pi fwk.PodInfo, c *caps) int64 {
 	if err != nil {
 		return 0
 	}
-	fp := vmFootprint(int64(spec.MemoryBytes), spec.VCPUs, c.runsUnderKVM(spec.Accel))
+	fp := vmFootprint(int64(spec.MemoryBytes), spec.VCPUs, len(spec.Shares), c.runsUnderKVM(spec.Accel))
 	return max(0, subSat(fp, countedMemory(pi)))
 }

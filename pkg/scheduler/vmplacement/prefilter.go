@@ -35,6 +35,9 @@ type needs struct {
 	VCPUs       int
 	// GuestBytes is the guest RAM: limits.memory in whole MiB.
 	GuestBytes int64
+	// Shares is how many filesystem volumes the guest gets as virtio-fs
+	// shares: each adds to the VM's footprint.
+	Shares int `json:",omitempty"`
 	// CountedBytes is the memory NodeResourcesFit counts for the pod:
 	// its memory requests plus pod.spec.overhead (the RuntimeClass's
 	// overhead.podFixed).
@@ -69,8 +72,8 @@ type classFit struct {
 func (n *needs) Clone() fwk.StateData { return n }
 
 // footprint is the memory the VM pod takes on a node: its guest RAM plus
-// the VM's overhead under the node's accelerator, or what NodeResourcesFit
-// counts for it if that is more.
+// the VM's overhead under the node's accelerator, its shares' included, or
+// what NodeResourcesFit counts for it if that is more.
 func (n *needs) footprint(kvm bool) int64 {
 	if kvm {
 		return n.footprintKVM
@@ -114,6 +117,7 @@ func (pl *VMPlacement) needsFor(pod *v1.Pod) (*needs, *fwk.Status) {
 		Machine:      spec.Machine,
 		VCPUs:        spec.VCPUs,
 		GuestBytes:   int64(spec.MemoryBytes),
+		Shares:       len(spec.Shares),
 		CountedBytes: countedMemory(&framework.PodInfo{Pod: pod}),
 		Image:        normalizedImageName(spec.Image),
 	}
@@ -122,8 +126,8 @@ func (pl *VMPlacement) needsFor(pod *v1.Pod) (*needs, *fwk.Status) {
 	for _, f := range n.CPUFeatures {
 		n.keys.cpuFeatures = append(n.keys.cpuFeatures, vmspec.LabelCPUFeaturePrefix+f)
 	}
-	n.footprintTCG = max(n.CountedBytes, vmFootprint(n.GuestBytes, n.VCPUs, false))
-	n.footprintKVM = max(n.CountedBytes, vmFootprint(n.GuestBytes, n.VCPUs, true))
+	n.footprintTCG = max(n.CountedBytes, vmFootprint(n.GuestBytes, n.VCPUs, n.Shares, false))
+	n.footprintKVM = max(n.CountedBytes, vmFootprint(n.GuestBytes, n.VCPUs, n.Shares, true))
 	return n, nil
 }
 

@@ -45,8 +45,8 @@ func TestSaturatingArithmetic(t *testing.T) {
 func TestFootprintSaturates(t *testing.T) {
 	for _, guest := range []int64{math.MaxInt64, 4 << 60, 1 << 62} {
 		for _, kvm := range []bool{false, true} {
-			if got := vmFootprint(guest, math.MaxInt32, kvm); got < guest {
-				t.Errorf("vmFootprint(%d, MaxInt32, kvm=%v) = %d, below the guest RAM", guest, kvm, got)
+			if got := vmFootprint(guest, math.MaxInt32, math.MaxInt32, kvm); got < guest {
+				t.Errorf("vmFootprint(%d, MaxInt32, MaxInt32, kvm=%v) = %d, below the guest RAM", guest, kvm, got)
 			}
 		}
 	}

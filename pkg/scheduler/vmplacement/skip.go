@@ -126,7 +126,8 @@ func (pl *VMPlacement) mayTakeExtra(pod *v1.Pod) bool {
 	}
 	counted := countedMemory(&framework.PodInfo{Pod: pod})
 	guest := int64(spec.MemoryBytes)
-	return vmFootprint(guest, spec.VCPUs, true) > counted || vmFootprint(guest, spec.VCPUs, false) > counted
+	shares := len(spec.Shares)
+	return vmFootprint(guest, spec.VCPUs, shares, true) > counted || vmFootprint(guest, spec.VCPUs, shares, false) > counted
 }
 
 // filterAddsNothing reports whether Filter would add nothing to
