@@ -177,15 +177,15 @@ func OverheadModel(s vmspec.Spec, h host.Host) vmspec.Overhead {
 	return vmspec.OverheadFor(s.Accel != vmspec.AccelTCG && h.HasAccel(host.AccelKVM))
 }
 
-// MemoryLimit is QEMU's memory limit on a node like h: the guest's RAM and
-// the overhead of QEMU and the runtime. The shares' part
-// (vmspec.SharesOverheadBytes) is not in it: their file servers have a
-// cgroup of their own, under the pod's. What shares add to QEMU itself (a
-// device each, the kernel memory of its guest RAM in a memfd: 3.5 MiB at 1
-// GiB and 1 share, measured) is within the model's headroom at the sizes
-// measured (docs/overhead.md).
+// MemoryLimit is QEMU's memory limit on a node like h: the guest's RAM,
+// the overhead of QEMU and the runtime, and the shares' part
+// (vmspec.SharesOverheadBytes), all that the pod's limit holds. Most of
+// the shares' part is their file servers', in a cgroup of their own
+// under the pod's, but some is QEMU's (a device each, the kernel memory
+// of its guest RAM in a memfd: 2.5 MiB a GiB, measured), and the pod's
+// limit bounds the two together.
 func MemoryLimit(s vmspec.Spec, h host.Host) uint64 {
-	return s.MemoryBytes + OverheadModel(s, h).Bytes(s.MemoryBytes, s.VCPUs)
+	return s.MemoryBytes + OverheadModel(s, h).PodBytes(s.MemoryBytes, s.VCPUs, len(s.Shares))
 }
 
 // CheckPodLimit refuses a VM that cannot fit its overhead, its shares'

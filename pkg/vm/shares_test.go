@@ -253,8 +253,9 @@ func memoryUsageFile() string {
 }
 
 // TestCheckPodLimitCountsShares: the pod's limit must hold the file
-// servers of the VM's shares beside its overhead; QEMU's own limit does
-// not count them (they are not in its cgroup).
+// servers of the VM's shares beside its overhead; QEMU's own limit is all
+// the pod's limit holds (some of the shares' part is QEMU's, and the pod's
+// limit bounds QEMU and its file servers together).
 func TestCheckPodLimitCountsShares(t *testing.T) {
 	spec, err := vmspec.FromPod(podFromFile(t, "boot-pod.yaml"))
 	if err != nil {
@@ -266,8 +267,8 @@ func TestCheckPodLimitCountsShares(t *testing.T) {
 		t.Fatalf("no shares, pod limit guest RAM + overhead: %v", err)
 	}
 	spec.Shares = []vmspec.Share{vmspec.NewShare("/data", false), vmspec.NewShare("/etc/config", true)}
-	if got := vm.MemoryLimit(spec, tcg); got != limit {
-		t.Errorf("QEMU's limit with shares %d MiB, want %d MiB as without", got>>20, limit>>20)
+	if got, want := vm.MemoryLimit(spec, tcg), limit+vmspec.SharesOverheadBytes(spec.MemoryBytes, 2); got != want {
+		t.Errorf("QEMU's limit with shares %d MiB, want %d MiB (with the shares' part)", got>>20, want>>20)
 	}
 	err = vm.CheckPodLimit(spec, tcg, limit)
 	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "for its 2 virtio-fs shares") {
