@@ -108,24 +108,35 @@ echo in-memory >/cache/y && cat /cache/y`)
 		}
 	}
 
-	// Updates reach the guest within the kubelet's sync.
+	// Updates reach the guest within the kubelet's sync: the ConfigMap's
+	// alone first (the kubelet's periodic sync of the pod), then a label
+	// (the pod's own update).
 	cm.Data["key"] = "two"
 	if _, err := client.CoreV1().ConfigMaps(namespace).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	d.waitGuestReads(t, pod.Name, "cat /etc/config/key", "two", "the ConfigMap update")
 	patch := []byte(`{"metadata":{"labels":{"e2e-volume":"two"}}}`)
 	if _, err := client.CoreV1().Pods(namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	d.waitGuestReads(t, pod.Name, "cat /etc/podinfo/labels", `e2e-volume="two"`, "the label change")
+}
+
+// waitGuestReads waits until script's output in the pod's guest is want,
+// within updateTimeout, and logs how long what changed took to get there.
+func (d frontDoor) waitGuestReads(t *testing.T, pod, script, want, what string) {
+	t.Helper()
 	start := time.Now()
 	var seen string
 	if !poll(updateTimeout, func() bool {
-		seen, _, _ = guest("cat /etc/config/key; echo; cat /etc/podinfo/labels")
-		return seen == "two\ne2e-volume=\"two\""
+		seen, _, _ = kubectl(t, time.Minute, "exec", pod, "--", "sh", "-c", script)
+		return seen == want
 	}) {
-		t.Errorf("the guest still reads %q %v after the ConfigMap and the label changed", seen, updateTimeout)
+		t.Errorf("%s: the guest still reads %q %v later, want %q", what, seen, updateTimeout, want)
+		return
 	}
-	t.Logf("the ConfigMap update and the label change reached the guest in %v", time.Since(start).Round(time.Second))
+	t.Logf("%s reached the guest in %v", what, time.Since(start).Round(time.Second))
 }
 
 // TestVolumeRefused: a VM pod that mounts a hostPath gets an error naming
