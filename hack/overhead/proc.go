@@ -86,32 +86,6 @@ func tbCache(maps []mapping) (mapping, bool) {
 	return best, found
 }
 
-// keyValues reads "Key: 123 kB" (or "key 123") lines into bytes (kB
-// values scaled).
-func keyValues(path string) (map[string]uint64, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]uint64{}
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		k := strings.TrimSuffix(f[0], ":")
-		v, err := strconv.ParseUint(f[1], 10, 64)
-		if err != nil {
-			continue
-		}
-		if len(f) >= 3 && f[2] == "kB" {
-			v <<= 10
-		}
-		out[k] = v
-	}
-	return out, nil
-}
-
 func kib(s string) uint64 {
 	v, _ := strconv.ParseUint(s, 10, 64)
 	return v << 10

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+
+	"github.com/vmpod/vmpod/internal/procmem"
 )
 
 // sample is one look at a running VM's memory, in bytes.
@@ -93,12 +95,12 @@ func takeSample(pid int, guestBytes uint64) (sample, error) {
 	if tb, ok := tbCache(maps); ok {
 		s.TBSize, s.TBResident = tb.size, tb.rss
 	}
-	rollup, err := keyValues(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	rollup, err := procmem.KeyValues(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
 	if err != nil {
 		return s, err
 	}
 	s.RSS, s.PSS = rollup["Rss"], rollup["Pss"]
-	status, err := keyValues(fmt.Sprintf("/proc/%d/status", pid))
+	status, err := procmem.KeyValues(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return s, err
 	}
@@ -107,7 +109,7 @@ func takeSample(pid int, guestBytes uint64) (sample, error) {
 	// process's) counts other processes too.
 	if dir := memoryCgroup(pid); dir != "" && dir != memoryCgroup(os.Getpid()) && dir != "/sys/fs/cgroup/memory/" {
 		usage, ok1 := readUint(filepath.Join(dir, "memory.usage_in_bytes"))
-		stat, err := keyValues(filepath.Join(dir, "memory.stat"))
+		stat, err := procmem.KeyValues(filepath.Join(dir, "memory.stat"))
 		if ok1 && err == nil {
 			s.CgroupUsage, s.CgroupCache, s.CgroupOK = usage, stat["cache"], true
 		}
@@ -120,7 +122,7 @@ func takeSample(pid int, guestBytes uint64) (sample, error) {
 func selfRSS() uint64 {
 	runtime.GC()
 	debug.FreeOSMemory()
-	st, err := keyValues("/proc/self/status")
+	st, err := procmem.KeyValues("/proc/self/status")
 	if err != nil {
 		return 0
 	}

@@ -196,3 +196,29 @@ func threads(dir string) int {
 
 // MiB formats KiB as MiB with one decimal.
 func MiB(kib int) string { return strconv.FormatFloat(float64(kib)/1024, 'f', 1, 64) }
+
+// KeyValues reads a file of "Key: 123 kB" or "key 123" lines
+// (/proc/PID/status, smaps_rollup, a cgroup's memory.stat) into a map, kB
+// values scaled to bytes; lines of another shape are skipped.
+func KeyValues(path string) (map[string]uint64, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]uint64{}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		v, err := strconv.ParseUint(f[1], 10, 64)
+		if err != nil {
+			continue
+		}
+		if len(f) >= 3 && f[2] == "kB" {
+			v <<= 10
+		}
+		out[strings.TrimSuffix(f[0], ":")] = v
+	}
+	return out, nil
+}

@@ -13,6 +13,8 @@ import (
 	"github.com/vmpod/vmpod/pkg/podcgroup"
 	"github.com/vmpod/vmpod/pkg/vm"
 	"github.com/vmpod/vmpod/pkg/vmspec"
+
+	"github.com/vmpod/vmpod/internal/procmem"
 )
 
 // BenchmarkShareMemory boots the test guest (1 GiB, 1 vCPU, all of its
@@ -197,7 +199,7 @@ func fileServerMemory(b *testing.B, fs podcgroup.Path) (cg cgroupMemory, pss, ps
 		b.Fatal(err)
 	}
 	for _, f := range strings.Fields(string(list)) {
-		kv, err := keyValuesFile(filepath.Join("/proc", f, "smaps_rollup"))
+		kv, err := procmem.KeyValues(filepath.Join("/proc", f, "smaps_rollup"))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -224,7 +226,7 @@ func readCgroupMemory(p podcgroup.Path) (cgroupMemory, error) {
 	if err != nil {
 		return cgroupMemory{}, err
 	}
-	st, err := keyValuesFile(filepath.Join(dir, "memory.stat"))
+	st, err := procmem.KeyValues(filepath.Join(dir, "memory.stat"))
 	if err != nil {
 		return cgroupMemory{}, err
 	}
@@ -280,35 +282,11 @@ func qemuMemory(pid int, guestBytes uint64) (guestRes, otherAnon, pte uint64, er
 			otherAnon += m.anon
 		}
 	}
-	st, err := keyValuesFile(fmt.Sprintf("/proc/%d/status", pid))
+	st, err := procmem.KeyValues(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, 0, 0, err
 	}
 	return maps[guest].rss, otherAnon, st["VmPTE"], nil
-}
-
-// keyValuesFile reads "key 123" and "Key: 123 kB" lines into bytes.
-func keyValuesFile(path string) (map[string]uint64, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]uint64{}
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		v, err := strconv.ParseUint(f[1], 10, 64)
-		if err != nil {
-			continue
-		}
-		if len(f) >= 3 && f[2] == "kB" {
-			v <<= 10
-		}
-		out[strings.TrimSuffix(f[0], ":")] = v
-	}
-	return out, nil
 }
 
 func kibBytes(s string) uint64 {
