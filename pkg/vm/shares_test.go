@@ -30,14 +30,9 @@ import (
 func TestVMShares(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	rt, h, root := runtimeForTest(t)
-	dir, err := os.MkdirTemp(root, "pod-")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var rec records
-	req := lifecycleRequest(t, "boot-pod.yaml", "shares", dir, &rec)
-	req.Jail = jailForTest(t, root, dir)
+	req, open, rt := jailedRequest(t, "shares", &rec)
+	dir := req.Layout.Dir
 	data, config := t.TempDir(), t.TempDir()
 	if err := os.WriteFile(filepath.Join(data, "hello"), []byte("from the host\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -49,7 +44,7 @@ func TestVMShares(t *testing.T) {
 	vmspec.SortShares(req.Spec.Shares)
 	req.ShareSources = map[string]string{vmspec.ShareTag("/data"): data, vmspec.ShareTag("/etc/config"): config}
 
-	v, err := vm.Create(ctx, req, func(context.Context) (vm.Env, error) { return vm.Env{Runtime: rt, Host: h}, nil })
+	v, err := vm.Create(ctx, req, open)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,28 +165,37 @@ func TestVMShares(t *testing.T) {
 func TestVMShareRefusesFile(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rt, h, root := runtimeForTest(t)
-	dir, err := os.MkdirTemp(root, "pod-")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var rec records
-	req := lifecycleRequest(t, "boot-pod.yaml", "sharefile", dir, &rec)
-	req.Jail = jailForTest(t, root, dir)
+	req, open, rt := jailedRequest(t, "sharefile", &rec)
 	file := filepath.Join(t.TempDir(), "key")
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	req.Spec.Shares = []vmspec.Share{vmspec.NewShare("/etc/app.conf", true)}
 	req.ShareSources = map[string]string{vmspec.ShareTag("/etc/app.conf"): file}
-	_, err = vm.Create(ctx, req, func(context.Context) (vm.Env, error) { return vm.Env{Runtime: rt, Host: h}, nil })
+	_, err := vm.Create(ctx, req, open)
 	if err == nil || !strings.Contains(err.Error(), "/etc/app.conf is a file") {
 		t.Fatalf("Create = %v, want the file volume refused by its mount path", err)
 	}
 	if got := rec.last(); !got.Empty() {
 		t.Errorf("last record %+v, want nothing held", got)
 	}
-	assertGone(t, rt, req.Spec.Name, 0, dir)
+	assertGone(t, rt, req.Spec.Name, 0, req.Layout.Dir)
+}
+
+// jailedRequest is lifecycleRequest for the test guest as a pod named
+// name, in a pod dir of its own under the test runtime's root, with the
+// pod's jail; and the Opener of that runtime.
+func jailedRequest(t *testing.T, name string, rec *records) (vm.Request, vm.Opener, *vm.Runtime) {
+	t.Helper()
+	rt, h, root := runtimeForTest(t)
+	dir, err := os.MkdirTemp(root, "pod-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := lifecycleRequest(t, "boot-pod.yaml", name, dir, rec)
+	req.Jail = jailForTest(t, root, dir)
+	return req, func(context.Context) (vm.Env, error) { return vm.Env{Runtime: rt, Host: h}, nil }, rt
 }
 
 type proc struct {
