@@ -348,18 +348,28 @@ while read -r mp; do
 	if is_mountpoint "$mp"; then fail "could not unmount $mp"; else removed "mount $mp"; fi
 done < <(mounts_under "$STATE" "$RUN" "$LEGACY")
 
-# The nodes' state roots' loop devices (local-up's state_fs) clear
-# themselves when the namespace that mounted them ends; one still bound to
-# an image is a mount that outlived it.
+# Loop devices bound to the images in $STATE/disks: the nodes' state
+# roots' (local-up's state_fs) clear themselves when the namespace that
+# mounted them ends, and one still bound is a mount that outlived it; the
+# block PersistentVolumes' are detached here. Before one, the loop devices
+# on top of it: the kubelet's, over a PV it mapped for a pod (it detaches
+# its own when it unmaps; not when it was stopped first).
+detach_loop() {
+	local dev=$1 backing=$2
+	if losetup -d "$dev" 2>/dev/null && ! losetup -j "$backing" | grep -q "^$dev:"; then
+		removed "loop device $dev of $backing"
+	else
+		fail "loop device $dev of $backing is still bound (mounted somewhere?)"
+	fi
+}
 for img in "$STATE"/disks/*.img; do
 	[[ -f $img ]] || continue
 	while read -r dev; do
 		[[ -n $dev ]] || continue
-		if losetup -d "$dev" 2>/dev/null && ! losetup -j "$img" | grep -q "^$dev:"; then
-			removed "loop device $dev of $img"
-		else
-			fail "loop device $dev of $img is still bound (mounted somewhere?)"
-		fi
+		while read -r top; do
+			[[ -n $top ]] && detach_loop "$top" "$dev"
+		done < <(losetup -j "$dev" 2>/dev/null | cut -d: -f1)
+		detach_loop "$dev" "$img"
 	done < <(losetup -j "$img" 2>/dev/null | cut -d: -f1)
 done
 

@@ -471,6 +471,37 @@ wait_for "CoreDNS ready" 120 bash -c "[[ \$($BIN/kubectl --kubeconfig $OUT/kubec
 	die "CoreDNS not ready within 120s"
 }
 
+# Block PersistentVolumes, as a node's local disks are offered to pods:
+# per node, $PV_PER_NODE sparse images of $PV_SIZE_MIB MiB in $STATE/disks, each
+# a loop device of the host (global: both nodes' mount namespaces see
+# it), each a `local` PV of volumeMode Block bound to its node, in the
+# StorageClass $BLOCK_CLASS (no provisioner; a claim binds when its first
+# pod is scheduled). Retain: a deleted claim's PV is Released with its
+# data, as a local disk is, and an admin (or a test) clears its claimRef
+# to offer it again. local-down detaches the loop devices (and the ones
+# the kubelet adds on top while it maps a PV for a pod).
+log "block PersistentVolumes: StorageClass $BLOCK_CLASS, $PV_PER_NODE local PVs of ${PV_SIZE_MIB}Mi per node (loop devices)"
+pv_nodes=("$NAME")
+if ((CRI_NODE)); then pv_nodes+=("$VM_NAME"); fi
+{
+	printf '%s\n' "apiVersion: storage.k8s.io/v1" "kind: StorageClass" "metadata:" "  name: $BLOCK_CLASS" \
+		"provisioner: kubernetes.io/no-provisioner" "volumeBindingMode: WaitForFirstConsumer" "reclaimPolicy: Retain"
+	for pv_node in "${pv_nodes[@]}"; do
+		for ((i = 0; i < PV_PER_NODE; i++)); do
+			img=$STATE/disks/pv-$pv_node-$i.img
+			truncate -s "${PV_SIZE_MIB}M" "$img"
+			dev=$(losetup --find --show "$img") || die "no loop device for $img (the block PersistentVolumes need one)"
+			printf '%s\n' "---" "apiVersion: v1" "kind: PersistentVolume" "metadata:" "  name: $pv_node-disk-$i" \
+				"  labels: {vmpod.io/local-disk: \"$pv_node-$i\"}" \
+				"spec:" "  capacity: {storage: ${PV_SIZE_MIB}Mi}" "  volumeMode: Block" "  accessModes: [ReadWriteOnce]" \
+				"  persistentVolumeReclaimPolicy: Retain" "  storageClassName: $BLOCK_CLASS" "  local: {path: $dev}" \
+				"  nodeAffinity:" "    required:" "      nodeSelectorTerms:" \
+				"      - matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [$pv_node]}]"
+		done
+	done
+} >"$STATE/block-pvs.yaml"
+kubectl_node apply -f "$STATE/block-pvs.yaml" >>"$STATE/logs/apply.log"
+
 # State for hack/local-down.sh, hack/local/kubectl and the e2e tests.
 cat >"$OUT/env" <<EOF
 # Written by hack/local-up.sh: the cluster for kubectl and the e2e tests.
@@ -485,6 +516,7 @@ export VMPOD_E2E_IMAGE=$IMAGE
 export VMPOD_E2E_KUBECTL=$BIN/kubectl
 export VMPOD_E2E_BUSYBOX_IMAGE=$BUSYBOX_IMAGE
 export VMPOD_E2E_NODE_IP=$NODE_IP
+export VMPOD_E2E_BLOCK_CLASS=$BLOCK_CLASS
 EOF
 if ((CRI_NODE)); then
 	cat >>"$OUT/env" <<EOF

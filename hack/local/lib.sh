@@ -69,6 +69,11 @@ VM_METRICS_PORT=9470
 NODE_METRICS_PORT=9471
 # The taint that keeps pods off the VM-only node unless they tolerate it.
 VM_TAINT_KEY=vmpod.io/vm-only
+# The block PersistentVolumes local-up offers on each node: loop devices
+# over sparse images in $STATE/disks, in this StorageClass.
+BLOCK_CLASS=vmpod-local-block
+PV_PER_NODE=4
+PV_SIZE_MIB=64
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BIN=$repo/_output/bin

@@ -155,6 +155,7 @@ func TestVolumeRefused(t *testing.T) {
 	})
 	for _, d := range frontDoors(t) {
 		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
 			b := hostPath("hostpath-" + d.name[:3])
 			d.place(&b.pod.Spec)
 			b.onNodeNamed(d.node.name)
