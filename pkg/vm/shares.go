@@ -97,8 +97,9 @@ func checkShareSources(s vmspec.Spec, sources map[string]string) (map[string]str
 		case err != nil:
 			return nil, fmt.Errorf("the volume at %s: %v: %w", sh.MountPath, err, errdefs.ErrFailedPrecondition)
 		case !fi.IsDir():
-			return nil, fmt.Errorf("the volume at %s is a file (%s): a VM pod's guest gets directories only, shared by virtio-fs; "+
-				"mount the whole volume, or a subPath that is a directory: %w", sh.MountPath, fi.Mode().Type(), errdefs.ErrInvalidArgument)
+			return nil, fmt.Errorf("the volume at %s is a file, not a directory (a subPath naming one of the volume's files?): "+
+				"a VM pod's guest gets directories only, shared by virtio-fs; mount the whole volume, or a subPath that is a directory: %w",
+				sh.MountPath, errdefs.ErrInvalidArgument)
 		}
 		out[sh.Tag] = src
 	}

@@ -140,7 +140,9 @@ func (d frontDoor) waitGuestReads(t *testing.T, pod, script, want, what string) 
 }
 
 // TestVolumeRefused: a VM pod that mounts a hostPath gets an error naming
-// the volume, from the scheduler and from the node it was bound to.
+// the volume, from the scheduler and from the node it was bound to; one
+// that mounts a file of a volume (a subPath naming a ConfigMap key) gets
+// one from the node, which can share directories only.
 func TestVolumeRefused(t *testing.T) {
 	checkLeaks(t)
 	hostPath := func(prefix string) *podBuilder {
@@ -153,19 +155,35 @@ func TestVolumeRefused(t *testing.T) {
 		pod := create(t, hostPath("hostpath-sched").obj())
 		t.Logf("event: %s", waitEvent(t, pod.Name, time.Minute, "FailedScheduling", "spec.volumes[0].hostPath"))
 	})
+	ctx := context.Background()
+	cm, err := client.CoreV1().ConfigMaps(namespace).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: uniqueName("subpath")}, Data: map[string]string{"app.conf": "v=1"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.CoreV1().ConfigMaps(namespace).Delete(ctx, cm.Name, metav1.DeleteOptions{}) })
 	for _, d := range frontDoors(t) {
 		t.Run(d.name, func(t *testing.T) {
 			t.Parallel()
+			nodeName := d.node.name
+			if nodeName == "" {
+				nodeName = vmpodNode(t)
+			}
 			b := hostPath("hostpath-" + d.name[:3])
 			d.place(&b.pod.Spec)
-			b.onNodeNamed(d.node.name)
-			if d.node.name == "" {
-				b.onNodeNamed(vmpodNode(t))
-			}
-			pod := create(t, b.obj())
-			t.Logf("event: %s", waitEvent(t, pod.Name, 2*time.Minute, "/host", "hostPath"))
-			if p := getPod(t, pod.Name); p.Status.Phase == corev1.PodRunning {
-				t.Errorf("the pod with a hostPath volume is Running")
+			b.onNodeNamed(nodeName)
+			f := makePod("subpath-" + d.name[:3])
+			d.place(&f.pod.Spec)
+			f.pod.Spec.Volumes = []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+				LocalObjectReference: corev1.LocalObjectReference{Name: cm.Name}}}}}
+			f.pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "config", MountPath: "/etc/app.conf", SubPath: "app.conf"}}
+			pods := []*corev1.Pod{create(t, b.obj()), create(t, f.obj())}
+			t.Logf("event: %s", waitEvent(t, pods[0].Name, 2*time.Minute, "/host", "hostPath"))
+			t.Logf("event: %s", waitEvent(t, pods[1].Name, 2*time.Minute, "/etc/app.conf is a file", "subPath that is a directory"))
+			for _, p := range pods {
+				if p := getPod(t, p.Name); p.Status.Phase == corev1.PodRunning {
+					t.Errorf("pod %s, refused, is Running", p.Name)
+				}
 			}
 		})
 	}
