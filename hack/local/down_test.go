@@ -404,3 +404,51 @@ func removeTree(top string) {
 		_ = os.Remove(dirs[i])
 	}
 }
+
+// TestDownDetachesStackedLoops: a block PersistentVolume's loop device
+// (local-up's, over an image in $STATE/disks) with a loop device on top of
+// it, as the kubelet adds while a pod maps the PV and leaves when it is
+// stopped first. local-down detaches the top one, then the PV's; a second
+// run finds nothing.
+func TestDownDetachesStackedLoops(t *testing.T) {
+	l := newLeftovers(t)
+	img := filepath.Join(l.state, "disks", "pv-"+l.name+"-0.img")
+	if err := os.MkdirAll(filepath.Dir(img), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(img, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(img, 4<<20); err != nil {
+		t.Fatal(err)
+	}
+	attach := func(file string) string {
+		out, err := exec.Command("losetup", "--find", "--show", file).CombinedOutput()
+		if err != nil {
+			t.Fatalf("losetup --find --show %s: %v: %s", file, err, out)
+		}
+		dev := strings.TrimSpace(string(out))
+		t.Cleanup(func() { _ = exec.Command("losetup", "-d", dev).Run() })
+		return dev
+	}
+	pv := attach(img)
+	top := attach(pv)
+
+	out, code := l.down(t)
+	if code != 0 {
+		t.Fatalf("local-down exit %d, want 0", code)
+	}
+	for _, want := range []string{"removed loop device " + top + " of " + pv, "removed loop device " + pv + " of " + img} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in local-down's output", want)
+		}
+	}
+	for _, f := range []string{img, pv} {
+		if out, _ := exec.Command("losetup", "-j", f).Output(); len(out) > 0 {
+			t.Errorf("a loop device is still bound to %s: %s", f, out)
+		}
+	}
+	if out, code := l.down(t); code != 0 || !strings.Contains(out, "nothing left") {
+		t.Errorf("second local-down: exit %d, want 0 and nothing left", code)
+	}
+}
