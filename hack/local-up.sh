@@ -371,7 +371,7 @@ mkdir -p "$CAPS_CACHE"
 log "starting vm-runtime daemon (the node's VMs, for the shims)"
 # Under restart-always.sh, as the unit's Restart=always: test/e2e kills it.
 start vmd env RESTART_ALWAYS_HOLD="$RUN/node-down" "$repo/hack/local/restart-always.sh" env TMPDIR="$RUN/tmp" "$STATE/bin/vm-runtime" daemon --socket "$RUN/vmd.sock" \
-	--state-root "$STATE/vm" --capabilities-cache "$CAPS_CACHE" --metrics-address "127.0.0.1:$NODE_METRICS_PORT"
+	--state-root "$STATE/vm" --capabilities-cache "$CAPS_CACHE" --metrics-address "127.0.0.1:$NODE_METRICS_PORT" --containerd-state-dir "$(realpath -m "$RUN/containerd/state")"
 wait_for "vm-runtime daemon" 60 in_node test -S "$RUN/vmd.sock" || die "vm-runtime daemon did not serve $RUN/vmd.sock within 60s"
 # The shims inherit containerd's environment: the daemon's socket. Under
 # restart-always.sh, as containerd's unit restarts it: test/e2e kills it.
