@@ -416,7 +416,7 @@ if ((CRI_NODE)); then
 		--capabilities-cache "$CAPS_CACHE" --qemu-uids "$VM_QEMU_UIDS" --default-cgroup-parent "$VM_CGROUP_ROOT/vmpod" \
 		--cgroup-driver cgroupfs --metrics-address "127.0.0.1:$VM_METRICS_PORT"
 	start_in holder-vm registry env TMPDIR="$RUN/tmp" "$BIN/vmpod-local-registry" -listen 127.0.0.1:80 \
-		-archive "$guest_dir/containerdisk.oci.tar" -image "${IMAGE#localhost/}"
+		-archive "$guest_dir/containerdisk.oci.tar" -image "${IMAGE#localhost/}" -archive "${images[1]}" -image "${BUSYBOX_IMAGE#localhost/}"
 	printf 'runtime-endpoint: unix://%s\nimage-endpoint: unix://%s\n' "$VM_RUN/cri.sock" "$VM_RUN/cri.sock" >"$VM_STATE/crictl.yaml"
 	crictl_vm() { in_vm_node "$BIN/crictl" --config "$VM_STATE/crictl.yaml" --timeout 120s "$@"; }
 	wait_for "vm-runtime cri" 60 crictl_vm version || die "vm-runtime cri did not answer within 60s"
