@@ -371,7 +371,7 @@ mkdir -p "$CAPS_CACHE"
 log "starting vm-runtime daemon (the node's VMs, for the shims)"
 # Under restart-always.sh, as the unit's Restart=always: test/e2e kills it.
 start vmd env RESTART_ALWAYS_HOLD="$RUN/node-down" "$repo/hack/local/restart-always.sh" env TMPDIR="$RUN/tmp" "$STATE/bin/vm-runtime" daemon --socket "$RUN/vmd.sock" \
-	--state-root "$STATE/vm" --capabilities-cache "$CAPS_CACHE" --metrics-address "127.0.0.1:$NODE_METRICS_PORT"
+	--state-root "$STATE/vm" --capabilities-cache "$CAPS_CACHE" --metrics-address "127.0.0.1:$NODE_METRICS_PORT" --containerd-state-dir "$(realpath -m "$RUN/containerd/state")"
 wait_for "vm-runtime daemon" 60 in_node test -S "$RUN/vmd.sock" || die "vm-runtime daemon did not serve $RUN/vmd.sock within 60s"
 # The shims inherit containerd's environment: the daemon's socket. Under
 # restart-always.sh, as containerd's unit restarts it: test/e2e kills it.
@@ -416,7 +416,7 @@ if ((CRI_NODE)); then
 		--capabilities-cache "$CAPS_CACHE" --qemu-uids "$VM_QEMU_UIDS" --default-cgroup-parent "$VM_CGROUP_ROOT/vmpod" \
 		--cgroup-driver cgroupfs --metrics-address "127.0.0.1:$VM_METRICS_PORT"
 	start_in holder-vm registry env TMPDIR="$RUN/tmp" "$BIN/vmpod-local-registry" -listen 127.0.0.1:80 \
-		-archive "$guest_dir/containerdisk.oci.tar" -image "${IMAGE#localhost/}"
+		-archive "$guest_dir/containerdisk.oci.tar" -image "${IMAGE#localhost/}" -archive "${images[1]}" -image "${BUSYBOX_IMAGE#localhost/}"
 	printf 'runtime-endpoint: unix://%s\nimage-endpoint: unix://%s\n' "$VM_RUN/cri.sock" "$VM_RUN/cri.sock" >"$VM_STATE/crictl.yaml"
 	crictl_vm() { in_vm_node "$BIN/crictl" --config "$VM_STATE/crictl.yaml" --timeout 120s "$@"; }
 	wait_for "vm-runtime cri" 60 crictl_vm version || die "vm-runtime cri did not answer within 60s"

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	node "github.com/vmpod/vmpod/api/node/v1"
 	"github.com/vmpod/vmpod/pkg/daemon"
 	"github.com/vmpod/vmpod/pkg/vmd"
+	"github.com/vmpod/vmpod/pkg/vmspec"
 )
 
 func daemonCmd(args []string) int {
@@ -47,6 +49,9 @@ func daemonFlags(args []string) (vmd.Config, string, string, int) {
 	socket := fs.String("socket", node.DefaultSocket, "the node API's unix socket (root only), which the containerd shims dial")
 	vf := addVMFlags(fs, "pods' dirs, libvirt's root and checkpoints (on disk: VM disk overlays live there)")
 	metricsAddr := fs.String("metrics-address", "", "host:port to serve Prometheus metrics of the node's VMs at /metrics (docs/metrics.md); none by default")
+	containerdState := fs.String("containerd-state-dir", vmspec.DefaultContainerdStateDir,
+		"containerd's state dir (the `state` of its config) as mount sources name it (containerd resolves symlinks in them): "+
+			"the image volumes its CRI mounts below it, <dir>/io.containerd.grpc.v1.cri/image-volumes/<sandbox id>/, are shared read-only with their pod's guest")
 	if err := fs.Parse(args); err != nil {
 		return vmd.Config{}, "", "", 2
 	}
@@ -58,5 +63,22 @@ func daemonFlags(args []string) (vmd.Config, string, string, int) {
 	if !ok {
 		return vmd.Config{}, "", "", 2
 	}
+	roots, err := containerdImageVolumes(*containerdState)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "daemon: %v\n", err)
+		return vmd.Config{}, "", "", 2
+	}
+	cfg.Mounts.ImageVolumeRoots = roots
 	return cfg, *socket, *metricsAddr, 0
+}
+
+// containerdImageVolumes are the image volume dirs (vmspec.MountRules)
+// of containerd with state dir --containerd-state-dir, or an error
+// naming the flag and its value.
+func containerdImageVolumes(stateDir string) ([]string, error) {
+	roots := []string{vmspec.ContainerdImageVolumes(stateDir)}
+	if err := (vmspec.MountRules{ImageVolumeRoots: roots}).Validate(); err != nil || !filepath.IsAbs(stateDir) || filepath.Clean(stateDir) != stateDir {
+		return nil, fmt.Errorf("--containerd-state-dir %q: want a clean absolute path", stateDir)
+	}
+	return roots, nil
 }

@@ -21,21 +21,25 @@ func TestDaemonFlags(t *testing.T) {
 		t.Fatalf("defaults: socket %q, metrics %q, exit %d", socket, metrics, code)
 	}
 	want := vmd.Config{StateRoot: "/var/lib/vmpod", CapsCache: DefaultCapsCache, KVMCache: cfg.KVMCache, DiskCap: 20 << 30, CapsProbe: capsProbe(),
-		Mounts: vmspec.MountRules{KubeletRoot: "/var/lib/kubelet"}}
+		Mounts: vmspec.MountRules{KubeletRoot: "/var/lib/kubelet", ImageVolumeRoots: []string{"/run/containerd/io.containerd.grpc.v1.cri/image-volumes"}}}
 	if diff := cmp.Diff(want, cfg); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)
 	}
 	cfg, socket, metrics, code = daemonFlags([]string{"--socket", "/run/x.sock", "--state-root", "/s", "--qemu-uids", "2000000000:100",
-		"--disk-cap", "1Gi", "--metrics-address", "127.0.0.1:9470", "--kubelet-root-dir", "/data/kubelet", "--volume-host-paths", "/tmp,/srv/shared"})
+		"--disk-cap", "1Gi", "--metrics-address", "127.0.0.1:9470", "--kubelet-root-dir", "/data/kubelet", "--volume-host-paths", "/tmp,/srv/shared",
+		"--containerd-state-dir", "/run/k8s/containerd/state"})
 	wantUIDs := jail.Range{First: 2000000000, Count: 100}
 	if code != 0 || socket != "/run/x.sock" || metrics != "127.0.0.1:9470" || cfg.StateRoot != "/s" || cfg.DiskCap != 1<<30 || cfg.UIDs != wantUIDs {
 		t.Errorf("flags: %+v, socket %q, metrics %q, exit %d", cfg, socket, metrics, code)
 	}
-	if diff := cmp.Diff(vmspec.MountRules{KubeletRoot: "/data/kubelet", HostPaths: []string{"/tmp", "/srv/shared"}}, cfg.Mounts); diff != "" {
+	wantRules := vmspec.MountRules{KubeletRoot: "/data/kubelet", HostPaths: []string{"/tmp", "/srv/shared"},
+		ImageVolumeRoots: []string{"/run/k8s/containerd/state/io.containerd.grpc.v1.cri/image-volumes"}}
+	if diff := cmp.Diff(wantRules, cfg.Mounts); diff != "" {
 		t.Errorf("mount rules (-want +got):\n%s", diff)
 	}
 	for _, bad := range [][]string{{"--disk-cap", "lots"}, {"--disk-cap", "-1Gi"}, {"--qemu-uids", "1:x"}, {"stray"}, {"--no-such-flag"},
-		{"--kubelet-root-dir", ""}, {"--volume-host-paths", "/tmp,"}} {
+		{"--kubelet-root-dir", ""}, {"--volume-host-paths", "/tmp,"},
+		{"--containerd-state-dir", ""}, {"--containerd-state-dir", "run/containerd"}, {"--containerd-state-dir", "/run/containerd/"}} {
 		if _, _, _, code := daemonFlags(bad); code != 2 {
 			t.Errorf("%q: exit %d, want 2", bad, code)
 		}

@@ -46,7 +46,10 @@ type containerRecord struct {
 	// Image is the image as the request named it, ImageID the stored one.
 	Image   string `json:"image"`
 	ImageID string `json:"imageId"`
-	LogPath string `json:"logPath,omitempty"`
+	// Mounts are the container's CRI mounts, its image volumes with the
+	// stored images they hold (image_volume.go).
+	Mounts  []mountRecord `json:"mounts,omitempty"`
+	LogPath string        `json:"logPath,omitempty"`
 
 	State      containerState `json:"state"`
 	CreatedAt  int64          `json:"createdAt"`

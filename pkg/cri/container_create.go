@@ -55,12 +55,18 @@ func (s *Server) CreateContainer(ctx context.Context, r *runtimeapi.CreateContai
 	if err != nil {
 		return nil, err
 	}
+	// The images mounted as volumes, held the same way.
+	imageSources, mounts, releaseVolumes, err := s.imageVolumes(sbRec.ID, cfg)
+	defer releaseVolumes()
+	if err != nil {
+		return nil, err
+	}
 
 	id := newID()
 	rec := containerRecord{
 		ID: id, SandboxID: sbRec.ID, Name: cfg.GetMetadata().GetName(), Attempt: cfg.GetMetadata().GetAttempt(),
 		Labels: cfg.GetLabels(), Annotations: cfg.GetAnnotations(),
-		Image: cfg.GetImage().GetImage(), ImageID: img.ID,
+		Image: cfg.GetImage().GetImage(), ImageID: img.ID, Mounts: mounts,
 		State: containerCreated, CreatedAt: time.Now().UnixNano(),
 	}
 	if sbRec.LogDir != "" && cfg.GetLogPath() != "" {
@@ -80,7 +86,7 @@ func (s *Server) CreateContainer(ctx context.Context, r *runtimeapi.CreateContai
 	if err != nil {
 		return nil, err
 	}
-	req, err := vmRequest(id, sbRec, cfg, img, rootfs, cg, s.resolvConf(sbRec.ID), s.cfg.Mounts)
+	req, err := vmRequest(id, sbRec, cfg, img, rootfs, imageSources, cg, s.resolvConf(sbRec.ID), s.cfg.Mounts)
 	if err != nil {
 		return nil, err
 	}
@@ -116,12 +122,13 @@ func (s *Server) CreateContainer(ctx context.Context, r *runtimeapi.CreateContai
 }
 
 // vmRequest is the VM the container asks for: the OCI spec containerd
-// would hand its shim (ociSpec, with the image's root, the container's
-// cgroup cg and the pod's resolv.conf) through vmd.FromOCI under the
-// node's mount rules, the mapping both front doors share.
-func vmRequest(id string, sb sandboxRecord, cfg *runtimeapi.ContainerConfig, img image, rootfs string,
+// would hand its shim (ociSpec, with the image's root, its image volumes'
+// dirs, the container's cgroup cg and the pod's resolv.conf) through
+// vmd.FromOCI under the node's mount rules, the mapping both front doors
+// share.
+func vmRequest(id string, sb sandboxRecord, cfg *runtimeapi.ContainerConfig, img image, rootfs string, imageSources map[int]string,
 	cg podcgroup.Path, resolvConf string, rules vmspec.MountRules) (vmd.CreateRequest, error) {
-	oci, err := ociSpec(sb, cfg, img)
+	oci, err := ociSpec(sb, cfg, img, imageSources)
 	if err != nil {
 		return vmd.CreateRequest{}, err
 	}
@@ -139,9 +146,11 @@ func vmRequest(id string, sb sandboxRecord, cfg *runtimeapi.ContainerConfig, img
 // ociSpec is the OCI runtime spec containerd's CRI plugin would write for
 // the container, as far as vmspec.FromOCI reads it: the CRI annotations,
 // the pod's and the container's vmpod.io/ annotations, the resources, the
-// block devices and the mounts. So a pod means the same VM through either
-// front door.
-func ociSpec(sb sandboxRecord, cfg *runtimeapi.ContainerConfig, img image) (*specs.Spec, error) {
+// block devices and the mounts, an image volume (by its index in cfg's
+// mounts) as a read-only bind of the dir imageSources names, as
+// containerd binds the image it mounted. So a pod means the same VM
+// through either front door.
+func ociSpec(sb sandboxRecord, cfg *runtimeapi.ContainerConfig, img image, imageSources map[int]string) (*specs.Spec, error) {
 	ann := map[string]string{}
 	for _, src := range []map[string]string{sb.Annotations, cfg.GetAnnotations()} {
 		for k, v := range src {
@@ -199,12 +208,15 @@ func ociSpec(sb sandboxRecord, cfg *runtimeapi.ContainerConfig, img image) (*spe
 	for _, d := range devs {
 		spec.Linux.Devices = append(spec.Linux.Devices, specs.LinuxDevice{Path: d.Path, Type: "b", Major: d.Major, Minor: d.Minor})
 	}
-	for _, m := range cfg.GetMounts() {
+	for i, m := range cfg.GetMounts() {
 		if m.GetImage() != nil {
-			// containerd mounts the image itself and passes that dir;
-			// this server has no such mount yet (issue 24, item 5).
-			return nil, errorf(errdefs.ErrInvalidArgument, "mount %s of image %q: vm-runtime cri does not serve image volumes",
-				m.GetContainerPath(), m.GetImage().GetImage())
+			src, ok := imageSources[i]
+			if !ok {
+				return nil, errorf(errdefs.ErrInternal, "mount %s of image %q: not resolved", m.GetContainerPath(), m.GetImage().GetImage())
+			}
+			spec.Mounts = append(spec.Mounts, specs.Mount{Destination: m.GetContainerPath(), Source: src, Type: "bind",
+				Options: []string{"rbind", "rprivate", "ro"}})
+			continue
 		}
 		spec.Mounts = append(spec.Mounts, bindMount(m))
 	}

@@ -14,8 +14,9 @@ import (
 
 // TestOCISpecMounts: the kubelet's mounts reach the share rule as
 // containerd's CRI writes them (bind, rbind, rprivate, ro or rw), so a
-// readonly mount is a read-only share; an image volume, which this server
-// does not mount, is refused naming it.
+// readonly mount is a read-only share; an image volume as a read-only
+// bind of the dir imageVolumes resolved, which the server's rules
+// (ImageVolumeRoots) share read-only.
 func TestOCISpecMounts(t *testing.T) {
 	const vols = "/var/lib/kubelet/pods/uid-1/volumes/kubernetes.io~"
 	sb := sandboxRecord{ID: "5a3d0c9b5a3d0c9b", Name: "web", Namespace: "default", UID: "uid-1", Netns: "/run/vmpod/netns/5a3d"}
@@ -29,7 +30,7 @@ func TestOCISpecMounts(t *testing.T) {
 			{ContainerPath: "/etc/hosts", HostPath: "/var/lib/kubelet/pods/uid-1/etc-hosts"},
 		},
 	}
-	oci, err := ociSpec(sb, cfg, image{ID: "sha256:0123"})
+	oci, err := ociSpec(sb, cfg, image{ID: "sha256:0123"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +47,7 @@ func TestOCISpecMounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, err := vmRequest("c0ffee", sb, cfg, image{ID: "sha256:0123"}, "/images/rootfs", cg, "/pods/5a3d/resolv.conf", vmspec.MountRules{})
+	req, err := vmRequest("c0ffee", sb, cfg, image{ID: "sha256:0123"}, "/images/rootfs", nil, cg, "/pods/5a3d/resolv.conf", vmspec.MountRules{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,8 +61,22 @@ func TestOCISpecMounts(t *testing.T) {
 	}
 
 	cfg.Mounts = append(cfg.Mounts, &runtimeapi.Mount{ContainerPath: "/data", Image: &runtimeapi.ImageSpec{Image: "registry.example/data:v1"}, Readonly: true})
-	_, err = ociSpec(sb, cfg, image{ID: "sha256:0123"})
-	if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), `mount /data of image "registry.example/data:v1": vm-runtime cri does not serve image volumes`) {
-		t.Errorf("an image volume: %v; want InvalidArgument naming it", err)
+	_, err = ociSpec(sb, cfg, image{ID: "sha256:0123"}, nil)
+	if !errdefs.IsInternal(err) || !strings.Contains(err.Error(), `mount /data of image "registry.example/data:v1": not resolved`) {
+		t.Errorf("an image volume not resolved: %v; want Internal naming it", err)
+	}
+	const imageVols = "/var/lib/vmpod/image-volumes"
+	src := imageVols + "/" + sb.ID + "/" + strings.Repeat("cd", 32) + "/etc"
+	rules := vmspec.MountRules{ImageVolumeRoots: []string{imageVols}}
+	req, err = vmRequest("c0ffee", sb, cfg, image{ID: "sha256:0123"}, "/images/rootfs", map[int]string{3: src}, cg, "/pods/5a3d/resolv.conf", rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantShares = []vmspec.Share{vmspec.NewShare("/data", true), vmspec.NewShare("/etc/conf", true), vmspec.NewShare("/scratch", false)}
+	if diff := cmp.Diff(wantShares, req.Spec.Shares); diff != "" {
+		t.Errorf("shares with an image volume (-want +got):\n%s", diff)
+	}
+	if got := req.ShareSources[vmspec.ShareTag("/data")]; got != src {
+		t.Errorf("the image volume's share is served from %q, want %q", got, src)
 	}
 }

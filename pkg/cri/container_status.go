@@ -45,13 +45,19 @@ func (s *Server) ListContainers(ctx context.Context, r *runtimeapi.ListContainer
 }
 
 func containerStatus(rec containerRecord) *runtimeapi.ContainerStatus {
-	return &runtimeapi.ContainerStatus{
+	st := &runtimeapi.ContainerStatus{
 		Id: rec.ID, Metadata: containerMetadata(rec), State: containerStateOf(rec),
 		CreatedAt: rec.CreatedAt, StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt,
 		ExitCode: rec.ExitCode, Reason: rec.Reason, Message: rec.Message,
 		Image: &runtimeapi.ImageSpec{Image: rec.Image}, ImageRef: rec.ImageID, ImageId: rec.ImageID,
 		Labels: rec.Labels, Annotations: rec.Annotations, LogPath: rec.LogPath,
 	}
+	// The kubelet reports each image volume's digest from these
+	// (ImageVolumeWithDigest).
+	for _, m := range rec.Mounts {
+		st.Mounts = append(st.Mounts, m.criMount())
+	}
+	return st
 }
 
 func containerMetadata(rec containerRecord) *runtimeapi.ContainerMetadata {

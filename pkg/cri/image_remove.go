@@ -8,8 +8,9 @@ import (
 )
 
 // RemoveImage deletes a stored image no container uses, or is being made
-// from: a VM's overlay has the image's disk as its backing file. Removing
-// an absent image is no error.
+// from: a VM's overlay has the image's disk as its backing file, and an
+// image volume's share serves the image's files. Removing an absent
+// image is no error.
 func (s *Server) RemoveImage(ctx context.Context, r *runtimeapi.RemoveImageRequest) (*runtimeapi.RemoveImageResponse, error) {
 	s.imageMu.Lock()
 	defer s.imageMu.Unlock()
@@ -21,14 +22,20 @@ func (s *Server) RemoveImage(ctx context.Context, r *runtimeapi.RemoveImageReque
 		return nil, errorf(errdefs.ErrFailedPrecondition, "image %s: %d container(s) are being made from it", img.ID, n)
 	}
 	s.mu.Lock()
-	var user string
+	var user, volume string
 	for _, c := range s.containers {
-		if rec := c.Get(); rec.ImageID == img.ID {
+		rec := c.Get()
+		if rec.ImageID == img.ID {
 			user = rec.ID
+		} else if p := imageVolumeUser(rec, img.ID); p != "" {
+			user, volume = rec.ID, p
 		}
 	}
 	s.mu.Unlock()
-	if user != "" {
+	switch {
+	case volume != "":
+		return nil, errorf(errdefs.ErrFailedPrecondition, "image %s is used by container %s as a volume at %s", img.ID, user, volume)
+	case user != "":
 		return nil, errorf(errdefs.ErrFailedPrecondition, "image %s is used by container %s", img.ID, user)
 	}
 	if err := s.images.Remove(ctx, img.ID); err != nil {

@@ -2,7 +2,9 @@ package cri
 
 import (
 	"context"
+	"errors"
 	"io"
+	"os"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -14,7 +16,9 @@ import (
 
 // recover reads the checkpoints an earlier server left. Sandboxes come
 // back as they were (a namespace that is gone makes the sandbox not
-// ready). The node's VM service takes each running VM over
+// ready); the image volume links of a sandbox no checkpoint names are
+// removed. Containers come back with their records, so an image a
+// container mounts as a volume stays unremovable. The node's VM service takes each running VM over
 // (vmd.Service.Recover), its console going on into its container's log,
 // and undoes any other; each container then follows its VM: a running
 // one's stop is waited for as if this server had started it, one whose
@@ -35,6 +39,7 @@ func (s *Server) recover(ctx context.Context) {
 		s.sandboxes[rec.ID] = sb
 		s.names[sandboxName(rec)] = rec.ID
 	}
+	s.removeStrayImageVolumes(ctx)
 
 	cs, errs := ckpt.ReadAll[containerRecord](s.cfg.containerCkptDir(), containerCheckpointVersion)
 	for _, err := range errs {
@@ -108,4 +113,24 @@ func (s *Server) follow(ctx context.Context, c *container) error {
 	}
 	s.watch(c)
 	return nil
+}
+
+// removeStrayImageVolumes removes the image volume links of sandboxes no
+// checkpoint names (a RemovePodSandbox cut short between its steps).
+func (s *Server) removeStrayImageVolumes(ctx context.Context) {
+	entries, err := os.ReadDir(s.cfg.imageVolumeDir())
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			log.G(ctx).WithError(err).Warn("image volume links")
+		}
+		return
+	}
+	for _, e := range entries {
+		if _, ok := s.sandboxes[e.Name()]; ok {
+			continue
+		}
+		if err := s.removeImageVolumes(e.Name()); err != nil {
+			log.G(ctx).WithError(err).Warn("stray image volume links")
+		}
+	}
 }

@@ -9,7 +9,8 @@ import (
 )
 
 // RemovePodSandbox stops the pod if needed, removes its containers, its
-// dir (the VM's files), its QEMU uid lease and its checkpoint. Removing an
+// image volume links, its dir (the VM's files), its QEMU uid lease and
+// its checkpoint. Removing an
 // absent sandbox is no error.
 func (s *Server) RemovePodSandbox(ctx context.Context, r *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
 	sb, err := s.sandbox(r.GetPodSandboxId())
@@ -35,6 +36,9 @@ func (s *Server) RemovePodSandbox(ctx context.Context, r *runtimeapi.RemovePodSa
 		return nil, err
 	}
 	if err := s.removeDefaultPodCgroup(rec); err != nil {
+		return nil, err
+	}
+	if err := s.removeImageVolumes(rec.ID); err != nil {
 		return nil, err
 	}
 	if err := s.vms.ReleasePod(ctx, rec.ID); err != nil {

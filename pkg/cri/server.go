@@ -58,6 +58,9 @@ var (
 // only if a checkpoint names a domain; otherwise at the first VM.
 func New(ctx context.Context, cfg Config) (*Server, error) {
 	cfg = cfg.WithDefaults()
+	// This server's image volumes (image_volume.go); containerd's mean
+	// nothing on its node.
+	cfg.Mounts.ImageVolumeRoots = []string{cfg.imageVolumeDir()}
 	if p := cfg.DefaultCgroupParent; !path.IsAbs(p) || path.Clean(p) != p || p == "/" {
 		return nil, errorf(errdefs.ErrInvalidArgument, "default cgroup parent %q: want a clean absolute cgroupfs path below the root", p)
 	}

@@ -1,6 +1,7 @@
 package cri
 
 import (
+	"path"
 	"strings"
 	"testing"
 
@@ -20,11 +21,12 @@ import (
 // sandbox's network namespace and resolv.conf, the container's cgroup,
 // the kubelet's oom_score_adj, the cloud-init volume's host dir when
 // the pod names one that is mounted, and shares only of the pod's own
-// volumes, each read-only as its mount is, from the dir mounted last at
-// its path.
+// volumes, each read-only as its mount is, and of its sandbox's image
+// volumes, read-only, from the dir mounted last at its path.
 //
 // mounts is a list of mounts, ';' between them, containerPath=hostPath,
-// with "=ro" after a read-only one.
+// with "=ro" after a read-only one, or containerPath=@subPath for an
+// image volume.
 func FuzzCRITranslation(f *testing.F) {
 	f.Add(vmspec.AnnotationFirmware, "uefi", "", "", int64(200000), int64(100000), int64(1024), int64(256<<20), int64(-997), "")
 	f.Add(vmspec.AnnotationCloudInitVolume, "seed", "", "", int64(150000), int64(100000), int64(2), int64(1<<30), int64(1000), "/cloud-init=/var/lib/kubelet/pods/u/volumes/seed;/etc/hosts=/x")
@@ -34,6 +36,10 @@ func FuzzCRITranslation(f *testing.F) {
 	f.Add("", "", "", "", int64(0), int64(0), int64(0), int64(256<<20), int64(0),
 		"/etc/conf=/var/lib/kubelet/pods/uid-1/volumes/kubernetes.io~configmap/conf=ro;/data=/srv/data;/data=/var/lib/kubelet/pods/uid-1/volumes/kubernetes.io~empty-dir/data")
 	f.Add("", "", "", "", int64(0), int64(0), int64(0), int64(256<<20), int64(0), "/data=/var/lib/kubelet/pods/uid-2/volumes/kubernetes.io~empty-dir/data")
+	f.Add("", "", "", "", int64(0), int64(0), int64(0), int64(256<<20), int64(0), "/data=@;/data/etc=@etc;/x=/var/lib/vmpod/image-volumes/5a3d0c9b5a3d0c9b/ab=ro")
+	f.Add("", "", "", "", int64(0), int64(0), int64(0), int64(256<<20), int64(0), "/x=/var/lib/vmpod/image-volumes/0ther/ab;/y=/var/lib/vmpod/image-volumes/5a3d0c9b5a3d0c9b/../0ther/ab")
+	const imageVols = "/var/lib/vmpod/image-volumes"
+	imageVol := imageVols + "/5a3d0c9b5a3d0c9b/" + strings.Repeat("ab", 32)
 	f.Fuzz(func(t *testing.T, k1, v1, k2, v2 string, quota, period, shares, memory, oomScoreAdj int64, mounts string) {
 		sb := sandboxRecord{ID: "5a3d0c9b5a3d0c9b", Name: "web", Namespace: "default", UID: "uid-1", Hostname: "web",
 			Annotations: map[string]string{}, Netns: "/run/vmpod/netns/5a3d0c9b5a3d0c9b"}
@@ -51,8 +57,17 @@ func FuzzCRITranslation(f *testing.F) {
 				sb.Annotations[kv[0]] = kv[1]
 			}
 		}
+		imageSources := map[int]string{}
 		for m := range strings.SplitSeq(mounts, ";") {
 			if dst, src, ok := strings.Cut(m, "="); ok {
+				if sub, ok := strings.CutPrefix(src, "@"); ok {
+					// An image volume, resolved (imageVolumes) to its
+					// dir in the sandbox's link to the image.
+					imageSources[len(cfg.Mounts)] = path.Join(imageVol, sub)
+					cfg.Mounts = append(cfg.Mounts, &runtimeapi.Mount{ContainerPath: dst, Readonly: true,
+						Image: &runtimeapi.ImageSpec{Image: "localhost/vmpod/data:v1"}, ImageSubPath: sub})
+					continue
+				}
 				src, ro := strings.CutSuffix(src, "=ro")
 				cfg.Mounts = append(cfg.Mounts, &runtimeapi.Mount{ContainerPath: dst, HostPath: src, Readonly: ro})
 			}
@@ -61,7 +76,8 @@ func FuzzCRITranslation(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		req, err := vmRequest("c0ffee", sb, cfg, image{ID: "sha256:0123"}, "/images/rootfs", cg, "/pods/5a3d/resolv.conf", vmspec.MountRules{})
+		req, err := vmRequest("c0ffee", sb, cfg, image{ID: "sha256:0123"}, "/images/rootfs", imageSources, cg, "/pods/5a3d/resolv.conf",
+			vmspec.MountRules{ImageVolumeRoots: []string{imageVols}})
 		if err != nil {
 			if !errdefs.IsInvalidArgument(err) {
 				t.Fatalf("refused, but not with InvalidArgument: %v", err)
@@ -99,10 +115,19 @@ func FuzzCRITranslation(f *testing.F) {
 				}
 			}
 			src := req.ShareSources[sh.Tag]
+			lastSrc, podVolume := last.GetHostPath(), strings.HasPrefix(src, "/var/lib/kubelet/pods/uid-1/volumes/") ||
+				strings.HasPrefix(src, "/var/lib/kubelet/pods/uid-1/volume-subpaths/")
+			if last.GetImage() != nil {
+				lastSrc = path.Join(imageVol, last.GetImageSubPath())
+			}
 			switch {
-			case last == nil || src != last.HostPath:
+			case last == nil || src != lastSrc:
 				t.Fatalf("share %+v from %q: not the dir mounted last at its path (%+v)", sh, src, last)
-			case !strings.HasPrefix(src, "/var/lib/kubelet/pods/uid-1/volumes/") && !strings.HasPrefix(src, "/var/lib/kubelet/pods/uid-1/volume-subpaths/"):
+			case strings.HasPrefix(src, imageVols+"/"+sb.ID+"/"):
+				if !sh.ReadOnly {
+					t.Fatalf("share %+v of an image volume, from %q: not read-only", sh, src)
+				}
+			case !podVolume:
 				t.Fatalf("share %+v from %q: not a volume of the pod", sh, src)
 			case sh.ReadOnly != last.Readonly:
 				t.Fatalf("share %+v of a mount readonly=%v", sh, last.Readonly)

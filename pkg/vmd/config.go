@@ -27,7 +27,10 @@ type Config struct {
 	CapsProbe []string
 	// Mounts say which of a container's bind mounts its VM's guest gets
 	// as virtio-fs shares (FromOCI): the kubelet's root dir, whose pod
-	// volumes are shared, and the host dirs a node admin allows.
+	// volumes are shared, the runtime's image volume dirs (containerd's,
+	// under its state dir: vm-runtime daemon --containerd-state-dir;
+	// vm-runtime cri's own), whose pod's image volumes are shared
+	// read-only, and the host dirs a node admin allows.
 	Mounts vmspec.MountRules
 }
 

@@ -55,14 +55,16 @@
 //     docs/design/volumes-virtiofs.md §8. Done: vmspec.Share and its tag,
 //     the converter's filesystems step, the file server's jail (pkg/jail
 //     ProfileVirtiofsd), the share rule (vmspec.MountRules, FromPod,
-//     FromOCI; the flags --kubelet-root-dir and --volume-host-paths),
+//     FromOCI; the flags --kubelet-root-dir, --volume-host-paths and
+//     the daemon's --containerd-state-dir), image volumes on both nodes
+//     (containerd's image-volumes dir of the pod's sandbox; vm-runtime
+//     cri's links to its stored images),
 //     pkg/vm's file servers (shares.go: a second leased uid, a cgroup
 //     beside QEMU's, the socket in the VM dir, a failure ends the VM;
 //     TestVMShares), the seed's vmpod-shares and vendor-data, the test
 //     guest's mounts, test/e2e TestVolumes and TestVolumeRefused.
-//     Left: an adopted VM's servers are not watched; image volumes
-//     (containerd's image-volumes dir in MountRules; vm-runtime cri
-//     mounting Mount.image); block PVCs through a real PV in local-up
+//     Left: an adopted VM's servers are not watched; image volumes in
+//     test/e2e; block PVCs through a real PV in local-up
 //     and a StatefulSet; critest's volume specs (--volume-host-paths=/tmp);
 //     a test of the systemd driver's sibling scope (test/nodevm).
 //     CI took about 52 min on 2026-12-06 (e2e 1408 s, was about 17 min):

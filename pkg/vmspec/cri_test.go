@@ -1,6 +1,7 @@
 package vmspec_test
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"math"
 	"math/big"
@@ -55,7 +56,7 @@ const podUID = "8d3f0c1e-5b1a-4c2e-9f00-0123456789ab"
 func criSpec(pod *corev1.Pod) *specs.Spec {
 	c := &pod.Spec.Containers[0]
 	ann := map[string]string{
-		vmspec.CRISandboxID:        "5a3d0c9b",
+		vmspec.CRISandboxID:        criSandboxID,
 		vmspec.CRISandboxNamespace: pod.Namespace,
 		vmspec.CRISandboxUID:       string(pod.UID),
 		vmspec.CRISandboxName:      pod.Name,
@@ -156,7 +157,13 @@ func containerMounts(pod *corev1.Pod) []specs.Mount {
 	for i, m := range c.VolumeMounts {
 		v := vols[m.Name]
 		src := kubeletVolumeDir(podDir, v)
-		if m.SubPath != "" {
+		switch {
+		case v.Image != nil:
+			// containerd mounts the image itself; the kubelet passes the
+			// subPath as image_sub_path, which containerd joins to the
+			// image's dir (and resolves).
+			src = path.Join(containerdImageVolume(v.Image.Reference), m.SubPath)
+		case m.SubPath != "":
 			src = fmt.Sprintf("%s/volume-subpaths/%s/%s/%d", podDir, m.Name, c.Name, i)
 		}
 		dst := m.MountPath
@@ -177,7 +184,7 @@ func containerMounts(pod *corev1.Pod) []specs.Mount {
 			dst = "/dev/shm"
 		}
 		if !slices.ContainsFunc(cri, func(m criMount) bool { return path.Clean(m.dst) == dst }) {
-			all = append(all, criMount{dst, "/var/lib/containerd/io.containerd.grpc.v1.cri/sandboxes/5a3d0c9b/" + f, false})
+			all = append(all, criMount{dst, "/var/lib/containerd/io.containerd.grpc.v1.cri/sandboxes/" + criSandboxID + "/" + f, false})
 		}
 	}
 	sort.SliceStable(all, func(i, j int) bool {
@@ -192,6 +199,17 @@ func containerMounts(pod *corev1.Pod) []specs.Mount {
 		mounts = append(mounts, specs.Mount{Destination: m.dst, Type: "bind", Source: m.src, Options: []string{"rbind", "rprivate", mode}})
 	}
 	return mounts
+}
+
+// criSandboxID is the sandbox ID criSpec gives the pod.
+const criSandboxID = "5a3d0c9b"
+
+// containerdImageVolume is where containerd's CRI mounts an image volume
+// of the pod (internal/cri/server/container_image_mount.go): below its
+// default state dir, the sandbox's dir, the image's manifest digest
+// (here a hash of the reference, as the test has no registry).
+func containerdImageVolume(reference string) string {
+	return fmt.Sprintf("%s/%s/%x", vmspec.ContainerdImageVolumes(vmspec.DefaultContainerdStateDir), criSandboxID, sha256.Sum256([]byte(reference)))
 }
 
 // kubeletVolumeDir is where the kubelet mounts a volume of the pod
@@ -215,6 +233,8 @@ func kubeletVolumeDir(podDir string, v *corev1.Volume) string {
 		plugin = "empty-dir/" + v.Name
 	case v.PersistentVolumeClaim != nil, v.Ephemeral != nil:
 		plugin = "csi/pvc-0f1e2d3c-" + v.Name + "/mount"
+	case v.Image != nil:
+		return "" // the runtime mounts it (containerdImageVolume)
 	default:
 		panic(fmt.Sprintf("criSpec: no kubelet dir for volume %q", v.Name))
 	}
@@ -223,12 +243,12 @@ func kubeletVolumeDir(podDir string, v *corev1.Volume) string {
 
 // kubeletMountsReadOnly reports whether the kubelet mounts every mount of
 // v read-only: its volume plugin's Attributes().ReadOnly (configmap,
-// secret, downwardapi, projected: true; emptydir: false; a claim's PV: the
-// claim source's readOnly; hostpath: its mounter's readOnly, which an
-// inline hostPath volume leaves false).
+// secret, downwardapi, projected, image: true; emptydir: false; a claim's
+// PV: the claim source's readOnly; hostpath: its mounter's readOnly, which
+// an inline hostPath volume leaves false).
 func kubeletMountsReadOnly(v *corev1.Volume) bool {
 	switch {
-	case v.ConfigMap != nil, v.Secret != nil, v.DownwardAPI != nil, v.Projected != nil:
+	case v.ConfigMap != nil, v.Secret != nil, v.DownwardAPI != nil, v.Projected != nil, v.Image != nil:
 		return true
 	case v.PersistentVolumeClaim != nil:
 		return v.PersistentVolumeClaim.ReadOnly

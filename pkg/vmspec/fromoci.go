@@ -69,7 +69,7 @@ func FromOCI(spec *specs.Spec, rules MountRules) (Spec, error) {
 			s.Volumes = append(s.Volumes, Volume{Name: id, DevicePath: d.Path, Serial: id})
 		}
 	}
-	pod, mounts := rules.forPod(ann[CRISandboxUID]), visibleMounts(spec.Mounts)
+	pod, mounts := rules.forPod(ann[CRISandboxUID], ann[CRISandboxID]), visibleMounts(spec.Mounts)
 	cloudInitPath := ""
 	if s.CloudInit != nil && s.CloudInit.Volume != "" {
 		errs = append(errs, resolveCloudInitMount(s.CloudInit, mounts, pod))

@@ -22,7 +22,8 @@ import (
 // FuzzFrontDoorsAgree builds a pod from fuzzed annotations, limits and
 // volumes, and the OCI spec containerd's CRI plugin writes for its
 // container (criSpec). The scheduler and render read the pod (FromPod), the
-// shim reads the OCI spec (FromOCI, with a node's default MountRules): both
+// shim reads the OCI spec (FromOCI, with a node's default MountRules,
+// containerd's image volumes among them): both
 // must accept it or both refuse it (with InvalidArgument), and when they
 // accept, the Specs must be equal, their Shares among them.
 //
@@ -38,6 +39,7 @@ import (
 //	p,<name>,<mountPath>    a persistentVolumeClaim volume, mounted
 //	q,<name>,<mountPath>    a persistentVolumeClaim volume with readOnly, mounted
 //	h,<name>,<mountPath>    a hostPath volume of /srv/<name>, mounted
+//	i,<name>,<mountPath>    an image volume of registry.example/<name>:v1, mounted
 //	m,<name>,<mountPath>[,<subPath>]   one more mount of a volume
 //	r,<name>,<mountPath>[,<subPath>]   one more mount of a volume, readOnly
 //
@@ -51,6 +53,7 @@ func FuzzFrontDoorsAgree(f *testing.F) {
 	f.Add(vmspec.AnnotationDiskBus, "scsi", "", "", "255", "1Ti", "b,a,/dev/a/data;b,b,/dev/b/data;e,scratch,/dev/scratch-disk-number-1")
 	f.Add(vmspec.AnnotationNetwork, "none", "example.com/x", "y", "1m", "64Mi", "b,d,relative")
 	f.Add("vmpod.io/firmwre", "uefi", "", "", "256", "63Mi", "")
+	f.Add(vmspec.AnnotationCloudInitVolume, "seed", "", "", "1", "256Mi", "c,seed,/ci;i,data,/data;m,data,/data/etc,etc;r,data,/boot,boot/")
 	f.Add(vmspec.AnnotationSSHAuthorizedKeys, "ssh-ed25519 AAAA me", vmspec.AnnotationAccel, "tcg", "1", "1073741825", "b,x,/dev/data;b,y,/dev/data")
 	f.Fuzz(func(t *testing.T, k1, v1, k2, v2, cpu, mem, vols string) {
 		pod, ok := frontDoorPod(k1, v1, k2, v2, cpu, mem, vols)
@@ -153,7 +156,7 @@ func frontDoorPod(k1, v1, k2, v2, cpu, mem, vols string) (*corev1.Pod, bool) {
 				Ephemeral: &corev1.EphemeralVolumeSource{},
 			}})
 			c.VolumeDevices = append(c.VolumeDevices, corev1.VolumeDevice{Name: name, DevicePath: where})
-		case "c", "s", "a", "j", "d", "p", "q", "h", "m", "r":
+		case "c", "s", "a", "j", "d", "p", "q", "h", "i", "m", "r":
 			if slices.Contains(mountPaths, where) {
 				return nil, false // and mount paths
 			}
@@ -161,6 +164,11 @@ func frontDoorPod(k1, v1, k2, v2, cpu, mem, vols string) (*corev1.Pod, bool) {
 			sub := ""
 			if len(f) == 4 {
 				sub = f[3]
+			}
+			// The apiserver refuses a subPath that is absolute or steps
+			// back (validateLocalDescendingPath).
+			if sub != "" && (path.IsAbs(sub) || slices.Contains(strings.Split(sub, "/"), "..")) {
+				return nil, false
 			}
 			// The node sees a subPath only as the kubelet's bind mount
 			// of it under volume-subpaths, whatever the volume: it
@@ -187,6 +195,8 @@ func frontDoorPod(k1, v1, k2, v2, cpu, mem, vols string) (*corev1.Pod, bool) {
 			case "h":
 				hostPaths = append(hostPaths, name)
 				p.HostPathVolume(name, "/srv/"+name, where)
+			case "i":
+				p.ImageVolume(name, "registry.example/"+name+":v1", where)
 			case "m":
 				p.VolumeMount(name, where, sub)
 			case "r":

@@ -24,13 +24,14 @@ const podDir = vmspec.DefaultKubeletRoot + "/pods/" + podUID
 func TestSharesBothDoors(t *testing.T) {
 	ro := func(p string) vmspec.Share { return vmspec.NewShare(p, true) }
 	rw := func(p string) vmspec.Share { return vmspec.NewShare(p, false) }
-	most, many := MakePod("web"), MakePod("web")
+	most, many, mostAndImage := MakePod("web"), MakePod("web"), MakePod("web")
 	var mostShares []vmspec.Share
 	for i := range vmspec.MaxShares + 1 {
 		name, path := fmt.Sprintf("v%d", i), fmt.Sprintf("/v/%d", i)
 		many.EmptyDirVolume(name, path)
 		if i < vmspec.MaxShares {
 			most.EmptyDirVolume(name, path)
+			mostAndImage.EmptyDirVolume(name, path)
 			mostShares = append(mostShares, rw(path))
 		}
 	}
@@ -70,11 +71,23 @@ func TestSharesBothDoors(t *testing.T) {
 			pod:  MakePod("web").ConfigMapVolume("hosts", "web-hosts", "").VolumeMount("hosts", "/etc/hosts", "hosts"),
 			want: []vmspec.Share{ro("/etc/hosts")}},
 		{name: "the most shares", pod: most, want: mostShares},
+		{name: "an image volume: read-only", pod: MakePod("web").ImageVolume("tools", "registry.example/tools:v1", "/opt/tools"),
+			want: []vmspec.Share{ro("/opt/tools")}},
+		{name: "an image volume's sub path, mounted readOnly or not: read-only",
+			pod: MakePod("web").ImageVolume("tools", "registry.example/tools:v1", "/opt/tools").
+				VolumeMount("tools", "/opt/bin", "usr/bin").ReadOnlyVolumeMount("tools", "/etc/tools", "etc/"),
+			want: []vmspec.Share{ro("/etc/tools"), ro("/opt/bin"), ro("/opt/tools")}},
+		{name: "image volumes count as shares", pod: MakePod("web").
+			ImageVolume("a", "registry.example/a:v1", "/a").ImageVolume("b", "registry.example/b:v1", "/b").EmptyDirVolume("scratch", "/scratch"),
+			want: []vmspec.Share{ro("/a"), ro("/b"), rw("/scratch")}},
 		{name: "hostPath refused on both", pod: MakePod("web").EmptyDirVolume("scratch", "/scratch").HostPathVolume("host", "/srv/data", "/data"),
 			wantPod: []string{`spec.volumes[1].hostPath: "/srv/data": mounted at /data by spec.containers[0].volumeMounts[1]: a hostPath volume is not shared with a VM's guest`},
 			wantOCI: []string{`mounts["/data"]: source "/srv/data" is not a volume of this pod, so it is not shared with the guest: ` +
-				`a VM's guest gets the pod's own volumes (configMap, secret, downwardAPI, projected, emptyDir, persistentVolumeClaim, ephemeral, csi), ` +
+				`a VM's guest gets the pod's own volumes (configMap, secret, downwardAPI, projected, emptyDir, persistentVolumeClaim, ephemeral, csi, image), ` +
 				`never a hostPath volume or another pod's; a node admin may allow host dirs with vm-runtime's --volume-host-paths`}},
+		{name: "16 volumes and an image volume refused", pod: mostAndImage.ImageVolume("img", "registry.example/img:v1", "/img"),
+			wantPod: []string{`spec.containers[0].volumeMounts: "17 volumes": a VM pod shares at most 16 filesystem volumes`},
+			wantOCI: []string{`spec.containers[0].volumeMounts: "17 volumes": a VM pod shares at most 16 filesystem volumes`}},
 		{name: "17 volumes refused naming volumeMounts", pod: many,
 			wantPod: []string{`spec.containers[0].volumeMounts: "17 volumes": a VM pod shares at most 16 filesystem volumes`},
 			wantOCI: []string{`spec.containers[0].volumeMounts: "17 volumes": a VM pod shares at most 16 filesystem volumes`}},
@@ -171,10 +184,14 @@ func bind(dst, src, mode string) specs.Mount {
 func TestFromOCIShares(t *testing.T) {
 	vol := func(name string) string { return podDir + "/volumes/kubernetes.io~empty-dir/" + name }
 	const refused = "is not a volume of this pod, so it is not shared with the guest"
+	// containerd's image volumes of this sandbox (ociSpec's 0123abcd).
+	imageVols := vmspec.ContainerdImageVolumes(vmspec.DefaultContainerdStateDir)
+	img := imageVols + "/0123abcd/" + strings.Repeat("ab", 32)
 	tests := []struct {
 		name   string
 		rules  vmspec.MountRules
 		uid    string // the sandbox UID annotation; "" none
+		sbx    string // the sandbox ID annotation; "" ociSpec's, "-" none
 		mounts []specs.Mount
 		want   []vmspec.Share
 		errs   []string // in the error; nil: accepted
@@ -231,18 +248,40 @@ func TestFromOCIShares(t *testing.T) {
 		{name: "the allowlist compares whole path segments", rules: vmspec.MountRules{HostPaths: []string{"/tmp/a"}},
 			mounts: []specs.Mount{bind("/x", "/tmp/ab", "rw"), bind("/y", "/tmp/a/../b", "rw")},
 			errs:   []string{`mounts["/x"]: source "/tmp/ab" ` + refused, `mounts["/y"]: source "/tmp/a/../b" ` + refused}},
+		{name: "an image volume of the sandbox, and a dir in it: read-only whatever the mount says",
+			mounts: []specs.Mount{bind("/img", img, "rw"), bind("/etc/img", img+"/etc", "ro")},
+			want:   []vmspec.Share{vmspec.NewShare("/etc/img", true), vmspec.NewShare("/img", true)}},
+		{name: "another sandbox's image volume", mounts: []specs.Mount{bind("/img", imageVols+"/0ther/"+strings.Repeat("ab", 32), "ro")},
+			errs: []string{`mounts["/img"]: source "` + imageVols + "/0ther/" + strings.Repeat("ab", 32) + `" ` + refused}},
+		{name: "the sandbox's image volumes dir itself, and the runtime's", mounts: []specs.Mount{bind("/all", imageVols+"/0123abcd", "ro"), bind("/every", imageVols, "ro")},
+			errs: []string{`mounts["/all"]: source "` + imageVols + `/0123abcd" ` + refused, `mounts["/every"]: source "` + imageVols + `" ` + refused}},
+		{name: "an image volume path that leaves the sandbox's dir", mounts: []specs.Mount{bind("/x", imageVols+"/0123abcd/../0ther/x", "ro")},
+			errs: []string{`mounts["/x"]: source "` + imageVols + `/0123abcd/../0ther/x" ` + refused}},
+		{name: "no sandbox ID: no image volume", sbx: "-", mounts: []specs.Mount{bind("/img", img, "ro")},
+			errs: []string{`mounts["/img"]: source "` + img + `" ` + refused}},
+		{name: "a sandbox ID that is no path segment names no dir", sbx: "..", mounts: []specs.Mount{bind("/img", imageVols+"/x", "ro")},
+			errs: []string{`mounts["/img"]: source "` + imageVols + `/x" ` + refused}},
+		{name: "the image volume dirs of the rules", rules: vmspec.MountRules{ImageVolumeRoots: []string{"/var/lib/vmpod/image-volumes", "/data/containerd/io.containerd.grpc.v1.cri/image-volumes"}},
+			mounts: []specs.Mount{bind("/a", "/var/lib/vmpod/image-volumes/0123abcd/a", "ro"),
+				bind("/b", "/data/containerd/io.containerd.grpc.v1.cri/image-volumes/0123abcd/b/etc", "ro"), bind("/c", img, "ro")},
+			want: []vmspec.Share{vmspec.NewShare("/a", true), vmspec.NewShare("/b", true)},
+			errs: []string{`mounts["/c"]: source "` + img + `" ` + refused}},
+		{name: "no image volume dirs", rules: vmspec.MountRules{ImageVolumeRoots: []string{}}, mounts: []specs.Mount{bind("/img", img, "ro")},
+			errs: []string{`mounts["/img"]: source "` + img + `" ` + refused}},
 		{name: "an allowlisted host path is no sandbox file", rules: vmspec.MountRules{HostPaths: []string{"/run/containerd"}},
 			mounts: []specs.Mount{bind("/etc/resolv.conf", "/run/containerd/io.containerd.grpc.v1.cri/sandboxes/5a3d/resolv.conf", "rw")}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			oci := ociSpec(nil)
-			switch tt.uid {
-			case "":
-			case "-":
-				delete(oci.Annotations, vmspec.CRISandboxUID)
-			default:
-				oci.Annotations[vmspec.CRISandboxUID] = tt.uid
+			for key, v := range map[string]string{vmspec.CRISandboxUID: tt.uid, vmspec.CRISandboxID: tt.sbx} {
+				switch v {
+				case "":
+				case "-":
+					delete(oci.Annotations, key)
+				default:
+					oci.Annotations[key] = v
+				}
 			}
 			oci.Mounts = tt.mounts
 			s, err := vmspec.FromOCI(oci, tt.rules)
@@ -296,6 +335,9 @@ func TestMountRulesValidate(t *testing.T) {
 		{vmspec.MountRules{HostPaths: []string{"/tmp/"}}, `host path "/tmp/": want a clean absolute path`},
 		{vmspec.MountRules{HostPaths: []string{""}}, `host path "": want a clean absolute path`},
 		{vmspec.MountRules{HostPaths: []string{"/"}}, `host path "/": would share the node's whole file system`},
+		{vmspec.MountRules{ImageVolumeRoots: []string{"/run/containerd/io.containerd.grpc.v1.cri/image-volumes"}}, ""},
+		{vmspec.MountRules{ImageVolumeRoots: []string{"run/x"}}, `image volume dir "run/x": want a clean absolute path`},
+		{vmspec.MountRules{ImageVolumeRoots: []string{"/"}}, `image volume dir "/": would share the node's whole file system`},
 	} {
 		err := tt.rules.Validate()
 		switch {

@@ -1,9 +1,12 @@
 package cri_test
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +20,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/vmpod/vmpod/internal/testenv/repo"
 	"github.com/vmpod/vmpod/internal/testguest"
@@ -56,7 +61,6 @@ var critestSkips = []struct {
 	// a file server's private mount namespace.
 	{`Container Mount Propagation`, "mounts made on the host after the start propagated into the container; a share is served from a file server's private mount namespace, which sees no later host mount", 3},
 	{`Container Mount Readonly`, "recursive read-only bind mounts checked from a container process's mount table; not tried with shares yet", 5},
-	{`Image Volume`, "an image's files mounted into the container; vm-runtime cri does not mount image volumes yet (docs/volumes.md)", 5},
 	// cAdvisor's series of a container process.
 	{`PodSandbox runtime should support metrics operations`, "critest wants cAdvisor's 39 container series (file systems, blkio, file descriptors, CPU throttling...), most of them a host process's, and writes files with an exec 30 s after a start, before a TCG guest has booted; vm-runtime cri reports the series a VM pod has (docs/metrics.md; test/cri TestCrictlVMPod checks them)", 2},
 	// One VM per pod.
@@ -77,9 +81,11 @@ var critestSkips = []struct {
 var critestRegistries = []string{"registry.k8s.io", "gcr.io", "k8s.gcr.io"}
 
 // critestImages are the paths, below their registries, of the images
-// critest pulls, each served as the test guest's containerdisk. Each
-// distinct variant is the guest with a label of its own (a distinct
-// image ID); user is the config's User for the image-status specs.
+// critest pulls, each served as the test guest's containerdisk with what
+// upstream's busybox-based images hold that critest's image volume specs
+// look for (busyboxLayer). Each distinct variant is the guest with a
+// label of its own (a distinct image ID); user is the config's User for
+// the image-status specs.
 var critestImages = []struct{ path, variant, user string }{
 	{"e2e-test-images/busybox:1.29-2", "", ""},
 	{"e2e-test-images/nginx:1.14-2", "", ""},
@@ -312,6 +318,13 @@ func (n *node) serveCritestImages() string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	mt, err := img.MediaType()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img, err = mutate.AppendLayers(img, busyboxLayer(t, mt)); err != nil {
+		t.Fatal(err)
+	}
 	host, pushHost := n.serveRegistry()
 	variants := map[string]v1.Image{}
 	for _, ci := range critestImages {
@@ -345,6 +358,59 @@ func (n *node) serveCritestImages() string {
 	}
 	return host
 }
+
+// busyboxLayer is a layer of what critest's image volume specs read in
+// an image (cri-tools v1.37.0 pkg/validate/image_volume.go), as
+// upstream's busybox-based test images have it: /bin/sh and /bin/ls (the
+// node's busybox-static, which runs in the test guest too: the specs
+// run the image's ls in the guest, from the volume) and /etc/passwd (the
+// sub path spec mounts the image's etc).
+func busyboxLayer(t *testing.T, manifest types.MediaType) v1.Layer {
+	t.Helper()
+	bin, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		t.Fatalf("busybox-static (hack/install-deps.sh): %v", err)
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, h := range []*tar.Header{
+		{Name: "bin/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "bin/busybox", Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(bin))},
+		{Name: "bin/sh", Typeflag: tar.TypeSymlink, Linkname: "busybox"},
+		{Name: "bin/ls", Typeflag: tar.TypeSymlink, Linkname: "busybox"},
+		{Name: "etc/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "etc/passwd", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(critestPasswd))},
+	} {
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		switch h.Name {
+		case "bin/busybox":
+			_, err = tw.Write(bin)
+		case "etc/passwd":
+			_, err = tw.Write([]byte(critestPasswd))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var opts []tarball.LayerOption
+	if manifest == types.OCIManifestSchema1 {
+		opts = append(opts, tarball.WithMediaType(types.OCILayer))
+	}
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf.Bytes())), nil }, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return layer
+}
+
+// critestPasswd is busybox's /etc/passwd, with the users critest's
+// images name.
+const critestPasswd = "root:x:0:0:root:/root:/bin/sh\nwww-data:x:33:33:www-data:/var/www:/bin/false\nnobody:x:65534:65534:nobody:/home:/bin/false\n"
 
 // critestBin is critest in <repo>/_output/bin, built there by
 // hack/critest/install.sh (make deps) when missing or not the pinned

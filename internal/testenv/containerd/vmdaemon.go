@@ -69,8 +69,10 @@ func (c *Containerd) StartDaemon(t testing.TB) {
 	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
 		t.Fatal(err)
 	}
+	// containerd's state dir is this harness's, where its CRI mounts
+	// image volumes.
 	cmd, err := c.spawn(logf, append([]string{d.Bin, "daemon", "--socket", sock, "--state-root", d.StateRoot,
-		"--capabilities-cache", d.CapsCache}, d.Args...)...)
+		"--capabilities-cache", d.CapsCache, "--containerd-state-dir", newDirs(c.Root).State}, d.Args...)...)
 	if err != nil {
 		t.Fatalf("start vm-runtime daemon: %v", err)
 	}

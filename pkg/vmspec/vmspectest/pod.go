@@ -162,6 +162,12 @@ func (p *PodWrapper) ReadOnlyClaimVolume(name, claim, mountPath string) *PodWrap
 	}, mountPath)
 }
 
+// ImageVolume adds an image volume of the image reference, mounted at
+// mountPath unless it is "".
+func (p *PodWrapper) ImageVolume(name, reference, mountPath string) *PodWrapper {
+	return p.Volume(name, corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: reference}}, mountPath)
+}
+
 // HostPathVolume adds a hostPath volume of the node's dir hostPath,
 // mounted at mountPath unless it is "" (which no VM pod may mount).
 func (p *PodWrapper) HostPathVolume(name, hostPath, mountPath string) *PodWrapper {
