@@ -154,7 +154,7 @@ func imageSubDir(rootfs, sub string) (string, error) {
 		return "", err
 	}
 	if !fi.IsDir() {
-		return "", fmt.Errorf("is a file (%s), not a dir: a VM's guest gets dirs only, shared by virtio-fs", fi.Mode().Type())
+		return "", fmt.Errorf("is a file, not a dir: a VM's guest gets dirs only, shared by virtio-fs")
 	}
 	// Where it was found, with the image's symlinks resolved.
 	real, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd()))
