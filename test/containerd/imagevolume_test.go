@@ -2,8 +2,10 @@ package containerd_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +22,9 @@ import (
 // pod sandbox's own dir, and passes a bind of it (or of its sub path's
 // dir) in the container's spec; the node daemon (--containerd-state-dir,
 // the harness's) shares it read-only. The guest lists the image's files,
-// a sub path's files at the mount, and cannot write there.
+// a sub path's files at the mount, and cannot write there. Each share's
+// file server runs jailed (uid, capabilities, seccomp, no new privileges)
+// and is gone once the pod is.
 func TestCrictlImageVolume(t *testing.T) {
 	state, err := os.MkdirTemp("/tmp", "vmpod-st-")
 	if err != nil {
@@ -93,10 +97,91 @@ func TestCrictlImageVolume(t *testing.T) {
 		}
 	}
 
+	// The shares' file servers: jailed (a uid of their own, the
+	// capabilities a file server needs and no others, seccomp, no new
+	// privileges), one serving each share; gone with the pod.
+	servers := fileServers(t, dir)
+	workers := 0
+	for _, p := range servers {
+		if statusField(p.status, "Seccomp_filters") != "2" {
+			continue // the parent that waits for its sandboxed worker
+		}
+		workers++
+		uids := strings.Fields(statusField(p.status, "Uid"))
+		if len(uids) != 4 || uids[0] == "0" || uids[0] != uids[1] || uids[0] != uids[2] || uids[0] != uids[3] {
+			t.Errorf("file server %d: Uid %q, want one non-root uid", p.pid, uids)
+		}
+		for k, want := range map[string]string{"NoNewPrivs": "1", "Seccomp": "2", "CapEff": "00000000000000db", "CapBnd": "0000000000000000"} {
+			if got := statusField(p.status, k); got != want {
+				t.Errorf("file server %d: %s %q, want %q", p.pid, k, got, want)
+			}
+		}
+	}
+	if workers != 2 {
+		t.Errorf("%d jailed file servers serve the pod's image volumes, want 2 (one per share): %+v", workers, servers)
+	}
+
 	c.MustCrictl(t, "stop", "--timeout", "60", id)
 	c.MustCrictl(t, "rm", id)
 	c.StopRemovePod(t, podID)
 	if entries, _ := os.ReadDir(filepath.Join(state, "pods")); len(entries) > 0 {
 		t.Errorf("pod state left: %v", entries)
 	}
+	// (A bounded wait: a server's parent reaps its worker as it ends.)
+	deadline := time.Now().Add(10 * time.Second)
+	for _, p := range servers {
+		for {
+			_, err := os.Stat(fmt.Sprintf("/proc/%d", p.pid))
+			if err != nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("file server %d is still there after the pod's removal", p.pid)
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+type fileServer struct {
+	pid             int
+	status, cmdline string
+}
+
+// fileServers are the live virtiofsd processes whose command line names a
+// path below dir.
+func fileServers(t *testing.T, dir string) []fileServer {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []fileServer
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); filepath.Base(exe) != "virtiofsd" {
+			continue
+		}
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil || !strings.Contains(string(cmd), dir) {
+			continue
+		}
+		out = append(out, fileServer{pid: pid, status: string(st), cmdline: strings.ReplaceAll(string(cmd), "\x00", " ")})
+	}
+	return out
+}
+
+// statusField is a field of /proc/<pid>/status.
+func statusField(status, key string) string {
+	for _, line := range strings.Split(status, "\n") {
+		if v, ok := strings.CutPrefix(line, key+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
 }
