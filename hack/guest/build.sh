@@ -79,10 +79,12 @@ image=localhost/vmpod/test-guest:v1
 # the VM (no udev here to load it by its ACPI alias). isofs (which pulls in
 # cdrom for its multisession helpers) reads the cloud-init seed, whose
 # vmpod-shares file lists the pod's volumes, and virtiofs (over fuse) mounts
-# them. Everything else the guest needs is built into Debian's kernel: the
+# them. virtio_mem takes the RAM a live resize plugs (vmpod.io/max-memory);
+# the kernel onlines it because the runtime's command line says
+# memhp_default_state=online_movable. Everything else the guest needs is built into Debian's kernel: the
 # 8250 serial console, devtmpfs, AF_PACKET (udhcpc), unix sockets, IPv4, the
 # initramfs decompressors, magic SysRq (/proc/sysrq-trigger).
-modules=(button evdev pvpanic-mmio virtio_pci virtio_blk virtio_net virtio_console ext4 isofs fuse virtiofs)
+modules=(button evdev pvpanic-mmio virtio_pci virtio_blk virtio_net virtio_console ext4 isofs fuse virtiofs virtio_mem)
 
 log() { echo "guest: $*" >&2; }
 die() {

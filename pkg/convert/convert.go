@@ -73,10 +73,11 @@ func steps(s vmspec.Spec, h host.Host, accel host.Accel, p Paths) []step {
 		{"identity", func(d *libvirtxml.Domain) error { return identity(d, s.Name) }},
 		{"accel and machine", func(d *libvirtxml.Domain) error { return accelMachine(d, accel, s.Machine, h) }},
 		{"emulator", func(d *libvirtxml.Domain) error { return emulator(d, p.Emulator, p.EmulatorEnv) }},
-		{"cpu", func(d *libvirtxml.Domain) error { return cpu(d, s.CPU, s.VCPUs, accel, h) }},
+		{"cpu", func(d *libvirtxml.Domain) error { return cpu(d, s.CPU, s.VCPUs, s.MaxVCPUs, accel, h) }},
 		{"memory", func(d *libvirtxml.Domain) error { return memory(d, s.MemoryBytes) }},
 		{"firmware", func(d *libvirtxml.Domain) error { return firmware(d, s.Firmware, boot, h.Firmware, p.NVRAM) }},
 		{"boot", func(d *libvirtxml.Domain) error { return bootSource(d, boot, s.Boot.Cmdline, s.Console, p) }},
+		{"memory hotplug", func(d *libvirtxml.Domain) error { return memoryHotplug(d, s.HotplugMemoryBytes()) }},
 		{"disks", func(d *libvirtxml.Domain) error {
 			return disks(d, s.DiskBus, boot, p.RootDisk, p.BaseDisk, p.BaseFormat, s.Volumes, p.Volumes)
 		}},

@@ -18,14 +18,25 @@ import (
 // kernel's nested-virtualisation code to work on, a large attack surface
 // few guests need. QEMU's default model under TCG (no mode) is left as it
 // is: nesting there is QEMU's own emulation, inside its jail.
-func cpu(d *libvirtxml.Domain, c vmspec.CPU, vcpus int, accel host.Accel, h host.Host) error {
-	if h.MaxVCPUs > 0 && vcpus > h.MaxVCPUs {
-		return unsupported("spec.containers[0].resources.limits.cpu", fmt.Sprint(vcpus),
-			fmt.Sprintf("the node allows at most %d vCPUs", h.MaxVCPUs))
+//
+// A VM that may grow (maxVCPUs above vcpus, vmpod.io/max-vcpus) is made
+// with room for maxVCPUs, of which vcpus are plugged at boot: the rest
+// are hot-plugged by a resize (pkg/vm).
+func cpu(d *libvirtxml.Domain, c vmspec.CPU, vcpus, maxVCPUs int, accel host.Accel, h host.Host) error {
+	top := max(vcpus, maxVCPUs)
+	if h.MaxVCPUs > 0 && top > h.MaxVCPUs {
+		field := "spec.containers[0].resources.limits.cpu"
+		if top > vcpus {
+			field = vmspec.AnnotationMaxVCPUs
+		}
+		return unsupported(field, fmt.Sprint(top), fmt.Sprintf("the node allows at most %d vCPUs", h.MaxVCPUs))
 	}
-	d.VCPU = &libvirtxml.DomainVCPU{Placement: "static", Value: uint(vcpus)}
+	d.VCPU = &libvirtxml.DomainVCPU{Placement: "static", Value: uint(top)}
+	if top > vcpus {
+		d.VCPU.Current = uint(vcpus)
+	}
 	dc := &libvirtxml.DomainCPU{
-		Topology: &libvirtxml.DomainCPUTopology{Sockets: 1, Dies: 1, Cores: vcpus, Threads: 1},
+		Topology: &libvirtxml.DomainCPUTopology{Sockets: 1, Dies: 1, Cores: top, Threads: 1},
 	}
 	model := c.Model
 	if model == vmspec.CPUModelAuto {

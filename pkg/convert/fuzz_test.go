@@ -42,8 +42,17 @@ func FuzzDomain(f *testing.F) {
 		if _, err := d.Marshal(); err != nil {
 			t.Fatalf("Marshal: %v", err)
 		}
-		if d.Name != s.Name || d.VCPU.Value != uint(s.VCPUs) || uint64(d.Memory.Value)<<10 != s.MemoryBytes {
+		plugged := d.VCPU.Value
+		if d.VCPU.Current != 0 {
+			plugged = d.VCPU.Current
+		}
+		if d.Name != s.Name || plugged != uint(s.VCPUs) || d.VCPU.Value != uint(s.CeilingVCPUs()) ||
+			uint64(d.Memory.Value)<<10 != s.MemoryBytes {
 			t.Fatalf("domain lost the pod's name, vCPUs or memory: %+v vs %+v", d, s)
+		}
+		if m := d.MaximumMemory; (m != nil) != (s.HotplugMemoryBytes() > 0) ||
+			m != nil && uint64(m.Value)<<10 != s.CeilingMemoryBytes() {
+			t.Fatalf("domain's maxMemory %+v does not match the pod's maximum %d", m, s.CeilingMemoryBytes())
 		}
 		if d.Type == "kvm" && !s.CPU.Nested && !nestingDisabled(d.CPU) {
 			t.Fatalf("a KVM guest's CPU offers nesting the pod did not ask for: %+v", d.CPU)

@@ -110,6 +110,24 @@ func goldenCases() []struct {
 			},
 		},
 		{
+			// Room to grow live (issue 25): 1 of 4 vCPUs plugged, and a
+			// virtio-mem device for 768 MiB more RAM, none of it plugged;
+			// the guest's kernel told to online what is plugged later.
+			name: "resizable-tcg", host: hostcaps.TCG,
+			pod: MakePod("elastic").CPU("1").Memory("256Mi").
+				Annotation(vmspec.AnnotationMaxVCPUs, "4").
+				Annotation(vmspec.AnnotationMaxMemory, "1Gi"),
+			paths: func(*convert.Paths) {},
+		},
+		{
+			name: "resizable-kvm", host: hostcaps.KVM,
+			pod: MakePod("elastic").CPU("2").Memory("1Gi").
+				Annotation(vmspec.AnnotationBoot, "disk").
+				Annotation(vmspec.AnnotationMaxVCPUs, "8").
+				Annotation(vmspec.AnnotationMaxMemory, "4Gi"),
+			paths: func(*convert.Paths) {},
+		},
+		{
 			name: "headless-no-network-tcg", host: hostcaps.TCG,
 			pod: MakePod("job").Memory("128Mi").
 				Annotation(vmspec.AnnotationConsole, "off").

@@ -1,6 +1,14 @@
 package convert
 
-import "libvirt.org/go/libvirtxml"
+import (
+	"fmt"
+	"strings"
+
+	"github.com/containerd/errdefs"
+	"libvirt.org/go/libvirtxml"
+
+	"github.com/vmpod/vmpod/pkg/vmspec"
+)
 
 // memory gives the guest exactly the pod's memory limit, with no balloon:
 // the pod's RAM is the guest's, and QEMU's own overhead is counted apart
@@ -10,5 +18,42 @@ func memory(d *libvirtxml.Domain, bytes uint64) error {
 	d.Memory = &libvirtxml.DomainMemory{Value: kib, Unit: "KiB"}
 	d.CurrentMemory = &libvirtxml.DomainCurrentMemory{Value: kib, Unit: "KiB"}
 	devices(d).MemBalloon = &libvirtxml.DomainMemBalloon{Model: "none"}
+	return nil
+}
+
+// memoryHotplug gives a VM that may grow (vmpod.io/max-memory) room for
+// hotplugBytes more RAM in one virtio-mem device, none of it plugged at
+// boot: a resize asks the guest to take or give back blocks of it
+// (pkg/vm), and QEMU's memory follows without a balloon's guesswork.
+// libvirt puts memory devices on a NUMA node, so the guest gets one cell
+// with every vCPU and the boot RAM. The guest onlines what is plugged
+// only when told to: on direct kernel boot the command line says so,
+// movable so that it can be unplugged again; a disk-booted guest's own
+// kernel command line or udev must (docs/day2.md). Runs after cpu,
+// memory and boot.
+func memoryHotplug(d *libvirtxml.Domain, hotplugBytes uint64) error {
+	if hotplugBytes == 0 {
+		return nil
+	}
+	if d.CPU == nil || d.VCPU == nil || d.Memory == nil {
+		return fmt.Errorf("memory hotplug needs the cpu and memory steps first: %w", errdefs.ErrInternal)
+	}
+	base := d.Memory.Value
+	d.MaximumMemory = &libvirtxml.DomainMaxMemory{Value: base + uint(hotplugBytes>>10), Unit: "KiB", Slots: 1}
+	d.CPU.Numa = &libvirtxml.DomainNuma{Cell: []libvirtxml.DomainCell{{
+		ID: new(uint), CPUs: fmt.Sprintf("0-%d", d.VCPU.Value-1), Memory: base, Unit: "KiB",
+	}}}
+	devices(d).Memorydevs = append(devices(d).Memorydevs, libvirtxml.DomainMemorydev{
+		Model: "virtio-mem",
+		Target: &libvirtxml.DomainMemorydevTarget{
+			Size:      &libvirtxml.DomainMemorydevTargetSize{Value: uint(hotplugBytes >> 10), Unit: "KiB"},
+			Node:      &libvirtxml.DomainMemorydevTargetNode{Value: 0},
+			Block:     &libvirtxml.DomainMemorydevTargetBlock{Value: vmspec.MemoryBlockBytes >> 10, Unit: "KiB"},
+			Requested: &libvirtxml.DomainMemorydevTargetRequested{Value: 0, Unit: "KiB"},
+		},
+	})
+	if os := d.OS; os != nil && os.Kernel != "" {
+		os.Cmdline = strings.TrimSpace(os.Cmdline + " memhp_default_state=online_movable")
+	}
 	return nil
 }

@@ -66,7 +66,7 @@ func TestSteps(t *testing.T) {
 		},
 		{
 			name:  "cpu auto under kvm is host-passthrough",
-			apply: func(d *libvirtxml.Domain) error { return cpu(d, vmspec.CPU{Model: "auto"}, 2, host.AccelKVM, kvmHost) },
+			apply: func(d *libvirtxml.Domain) error { return cpu(d, vmspec.CPU{Model: "auto"}, 2, 0, host.AccelKVM, kvmHost) },
 			want: libvirtxml.Domain{
 				VCPU: &libvirtxml.DomainVCPU{Placement: "static", Value: 2},
 				CPU: &libvirtxml.DomainCPU{Mode: "host-passthrough", Check: "none", Migratable: "off",
@@ -77,7 +77,7 @@ func TestSteps(t *testing.T) {
 		{
 			name: "cpu host-passthrough with nesting keeps vmx and svm",
 			apply: func(d *libvirtxml.Domain) error {
-				return cpu(d, vmspec.CPU{Model: "host-passthrough", Nested: true}, 2, host.AccelKVM, kvmHost)
+				return cpu(d, vmspec.CPU{Model: "host-passthrough", Nested: true}, 2, 0, host.AccelKVM, kvmHost)
 			},
 			want: libvirtxml.Domain{
 				VCPU: &libvirtxml.DomainVCPU{Placement: "static", Value: 2},
@@ -88,7 +88,7 @@ func TestSteps(t *testing.T) {
 		{
 			name: "cpu host-model",
 			apply: func(d *libvirtxml.Domain) error {
-				return cpu(d, vmspec.CPU{Model: "host-model"}, 1, host.AccelKVM, kvmHost)
+				return cpu(d, vmspec.CPU{Model: "host-model"}, 1, 0, host.AccelKVM, kvmHost)
 			},
 			want: libvirtxml.Domain{
 				VCPU: &libvirtxml.DomainVCPU{Placement: "static", Value: 1},
@@ -100,7 +100,7 @@ func TestSteps(t *testing.T) {
 		{
 			name: "cpu auto under tcg with nesting is QEMU's default model still",
 			apply: func(d *libvirtxml.Domain) error {
-				return cpu(d, vmspec.CPU{Model: "auto", Nested: true}, 1, host.AccelTCG, tcgHost)
+				return cpu(d, vmspec.CPU{Model: "auto", Nested: true}, 1, 0, host.AccelTCG, tcgHost)
 			},
 			want: libvirtxml.Domain{
 				VCPU: &libvirtxml.DomainVCPU{Placement: "static", Value: 1},
@@ -109,7 +109,7 @@ func TestSteps(t *testing.T) {
 		},
 		{
 			name:  "cpu auto under tcg is QEMU's default model",
-			apply: func(d *libvirtxml.Domain) error { return cpu(d, vmspec.CPU{Model: "auto"}, 1, host.AccelTCG, tcgHost) },
+			apply: func(d *libvirtxml.Domain) error { return cpu(d, vmspec.CPU{Model: "auto"}, 1, 0, host.AccelTCG, tcgHost) },
 			want: libvirtxml.Domain{
 				VCPU: &libvirtxml.DomainVCPU{Placement: "static", Value: 1},
 				CPU:  &libvirtxml.DomainCPU{Topology: &libvirtxml.DomainCPUTopology{Sockets: 1, Dies: 1, Cores: 1, Threads: 1}},
@@ -118,7 +118,7 @@ func TestSteps(t *testing.T) {
 		{
 			name: "cpu features under tcg need a model",
 			apply: func(d *libvirtxml.Domain) error {
-				return cpu(d, vmspec.CPU{Model: "auto", Features: []string{"aes"}}, 1, host.AccelTCG, tcgHost)
+				return cpu(d, vmspec.CPU{Model: "auto", Features: []string{"aes"}}, 1, 0, host.AccelTCG, tcgHost)
 			},
 			want: libvirtxml.Domain{
 				VCPU: &libvirtxml.DomainVCPU{Placement: "static", Value: 1},
@@ -130,7 +130,7 @@ func TestSteps(t *testing.T) {
 		},
 		{
 			name:  "cpu named model",
-			apply: func(d *libvirtxml.Domain) error { return cpu(d, vmspec.CPU{Model: "EPYC"}, 1, host.AccelTCG, tcgHost) },
+			apply: func(d *libvirtxml.Domain) error { return cpu(d, vmspec.CPU{Model: "EPYC"}, 1, 0, host.AccelTCG, tcgHost) },
 			want: libvirtxml.Domain{
 				VCPU: &libvirtxml.DomainVCPU{Placement: "static", Value: 1},
 				CPU: &libvirtxml.DomainCPU{Mode: "custom", Match: "exact", Check: "partial",
@@ -146,6 +146,46 @@ func TestSteps(t *testing.T) {
 				Memory:        &libvirtxml.DomainMemory{Value: 262144, Unit: "KiB"},
 				CurrentMemory: &libvirtxml.DomainCurrentMemory{Value: 262144, Unit: "KiB"},
 				Devices:       &libvirtxml.DomainDeviceList{MemBalloon: &libvirtxml.DomainMemBalloon{Model: "none"}},
+			},
+		},
+		{
+			name:  "cpu with room to grow plugs the current vCPUs of one socket of the maximum",
+			apply: func(d *libvirtxml.Domain) error { return cpu(d, vmspec.CPU{Model: "auto"}, 1, 4, host.AccelTCG, tcgHost) },
+			want: libvirtxml.Domain{
+				VCPU: &libvirtxml.DomainVCPU{Placement: "static", Current: 1, Value: 4},
+				CPU:  &libvirtxml.DomainCPU{Topology: &libvirtxml.DomainCPUTopology{Sockets: 1, Dies: 1, Cores: 4, Threads: 1}},
+			},
+		},
+		{
+			name:  "memory hotplug without room adds nothing",
+			apply: func(d *libvirtxml.Domain) error { return memoryHotplug(d, 0) },
+			want:  libvirtxml.Domain{},
+		},
+		{
+			name: "memory hotplug: a NUMA cell, maxMemory and an empty virtio-mem device; kernel told to online it",
+			apply: func(d *libvirtxml.Domain) error {
+				d.VCPU = &libvirtxml.DomainVCPU{Value: 2}
+				d.CPU = &libvirtxml.DomainCPU{}
+				d.Memory = &libvirtxml.DomainMemory{Value: 262144, Unit: "KiB"}
+				d.OS = &libvirtxml.DomainOS{Kernel: "/k", Cmdline: "console=ttyS0"}
+				return memoryHotplug(d, 256<<20)
+			},
+			want: libvirtxml.Domain{
+				VCPU:          &libvirtxml.DomainVCPU{Value: 2},
+				Memory:        &libvirtxml.DomainMemory{Value: 262144, Unit: "KiB"},
+				MaximumMemory: &libvirtxml.DomainMaxMemory{Value: 524288, Unit: "KiB", Slots: 1},
+				OS:            &libvirtxml.DomainOS{Kernel: "/k", Cmdline: "console=ttyS0 memhp_default_state=online_movable"},
+				CPU: &libvirtxml.DomainCPU{Numa: &libvirtxml.DomainNuma{Cell: []libvirtxml.DomainCell{
+					{ID: new(uint), CPUs: "0-1", Memory: 262144, Unit: "KiB"}}}},
+				Devices: &libvirtxml.DomainDeviceList{Memorydevs: []libvirtxml.DomainMemorydev{{
+					Model: "virtio-mem",
+					Target: &libvirtxml.DomainMemorydevTarget{
+						Size:      &libvirtxml.DomainMemorydevTargetSize{Value: 262144, Unit: "KiB"},
+						Node:      &libvirtxml.DomainMemorydevTargetNode{Value: 0},
+						Block:     &libvirtxml.DomainMemorydevTargetBlock{Value: 2048, Unit: "KiB"},
+						Requested: &libvirtxml.DomainMemorydevTargetRequested{Value: 0, Unit: "KiB"},
+					},
+				}}},
 			},
 		},
 		{
@@ -342,16 +382,20 @@ func TestStepErrors(t *testing.T) {
 		{"machine the node lacks", func(d *libvirtxml.Domain) error { return accelMachine(d, host.AccelTCG, "virt", tcgHost) },
 			errdefs.IsFailedPrecondition, `vmpod.io/machine: "virt": the node's QEMU does not offer it`},
 		{"passthrough under tcg", func(d *libvirtxml.Domain) error {
-			return cpu(d, vmspec.CPU{Model: "host-passthrough"}, 1, host.AccelTCG, tcgHost)
+			return cpu(d, vmspec.CPU{Model: "host-passthrough"}, 1, 0, host.AccelTCG, tcgHost)
 		}, errdefs.IsFailedPrecondition, `vmpod.io/cpu-model: "host-passthrough": needs KVM`},
 		{"unknown model", func(d *libvirtxml.Domain) error {
-			return cpu(d, vmspec.CPU{Model: "Cascadelake"}, 1, host.AccelTCG, tcgHost)
+			return cpu(d, vmspec.CPU{Model: "Cascadelake"}, 1, 0, host.AccelTCG, tcgHost)
 		},
 			errdefs.IsFailedPrecondition, `vmpod.io/cpu-model: "Cascadelake": not a CPU model this node can run`},
 		{"too many vcpus", func(d *libvirtxml.Domain) error {
-			return cpu(d, vmspec.CPU{Model: "auto"}, 256, host.AccelTCG, tcgHost)
+			return cpu(d, vmspec.CPU{Model: "auto"}, 256, 0, host.AccelTCG, tcgHost)
 		},
 			errdefs.IsFailedPrecondition, "the node allows at most 255 vCPUs"},
+		{"max-vcpus beyond the node", func(d *libvirtxml.Domain) error {
+			return cpu(d, vmspec.CPU{Model: "auto"}, 2, 300, host.AccelTCG, tcgHost)
+		},
+			errdefs.IsFailedPrecondition, `vmpod.io/max-vcpus: "300": the node allows at most 255 vCPUs`},
 		{"uefi without ovmf", func(d *libvirtxml.Domain) error {
 			return firmware(d, vmspec.FirmwareUEFI, bootDisk, host.Firmware{}, "/n")
 		},

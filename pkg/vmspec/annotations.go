@@ -22,13 +22,16 @@ const (
 	AnnotationSSHAuthorizedKeys      = Prefix + "ssh-authorized-keys"
 	AnnotationConsole                = Prefix + "console"
 	AnnotationNetwork                = Prefix + "network"
+	AnnotationMaxVCPUs               = Prefix + "max-vcpus"
+	AnnotationMaxMemory              = Prefix + "max-memory"
 )
 
 // AnnotationInfo documents one annotation: docs/annotations.md is checked
 // against this table.
 type AnnotationInfo struct {
 	Key string
-	// Type is "enum", "string", "list" (comma-separated) or "lines"
+	// Type is "enum", "string", "integer", "quantity" (a Kubernetes
+	// resource quantity such as 2Gi), "list" (comma-separated) or "lines"
 	// (newline-separated).
 	Type string
 	// Values are the accepted values of an enum.
@@ -54,6 +57,8 @@ var Annotations = []AnnotationInfo{
 	{Key: AnnotationSSHAuthorizedKeys, Type: "lines", Default: "", Example: "ssh-ed25519 AAAA... me@laptop"},
 	{Key: AnnotationConsole, Type: "enum", Values: []string{"on", "off"}, Default: "on", Example: "off"},
 	{Key: AnnotationNetwork, Type: "enum", Values: []string{"pod", "none"}, Default: "pod", Example: "none"},
+	{Key: AnnotationMaxVCPUs, Type: "integer", Default: "", Example: "4"},
+	{Key: AnnotationMaxMemory, Type: "quantity", Default: "", Example: "2Gi"},
 }
 
 const (

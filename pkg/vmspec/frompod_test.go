@@ -90,6 +90,22 @@ func TestFromPod(t *testing.T) {
 			want: func(s *vmspec.Spec) { s.Machine = "pc-q35-7.2"; s.Boot.Cmdline = "quiet loglevel=3" },
 		},
 		{
+			name: "live-resize maxima",
+			pod: MakePod("web").CPU("1").Memory("256Mi").
+				Annotation(vmspec.AnnotationMaxVCPUs, "4").
+				Annotation(vmspec.AnnotationMaxMemory, "1Gi"),
+			want: func(s *vmspec.Spec) { s.MaxVCPUs = 4; s.MaxMemoryBytes = 1 << 30 },
+		},
+		{
+			name: "maxima equal to the limits leave no room",
+			pod: MakePod("web").CPU("2").Memory("512Mi").
+				Annotation(vmspec.AnnotationMaxVCPUs, "2").
+				Annotation(vmspec.AnnotationMaxMemory, "512Mi"),
+			want: func(s *vmspec.Spec) {
+				s.VCPUs, s.MemoryBytes, s.MaxVCPUs, s.MaxMemoryBytes = 2, 512<<20, 2, 512<<20
+			},
+		},
+		{
 			name: "inline cloud-init",
 			pod: MakePod("web").
 				Annotation(vmspec.AnnotationCloudInitUserData, "#cloud-config\npassword: x\n").
@@ -191,6 +207,20 @@ func TestFromPodErrors(t *testing.T) {
 		{"svm with nested-virt off", MakePod("web").
 			Annotation(vmspec.AnnotationCPUFeatures, "svm").Annotation(vmspec.AnnotationNestedVirt, "off"),
 			[]string{`vmpod.io/cpu-features: "svm": nested virtualisation is off`}},
+		{"max-vcpus not a number", MakePod("web").Annotation(vmspec.AnnotationMaxVCPUs, "two"),
+			[]string{`vmpod.io/max-vcpus: "two": want a whole number of vCPUs from 1 to 255`}},
+		{"max-vcpus beyond QEMU", MakePod("web").Annotation(vmspec.AnnotationMaxVCPUs, "300"),
+			[]string{`vmpod.io/max-vcpus: "300": want a whole number of vCPUs from 1 to 255`}},
+		{"max-vcpus below the cpu limit", MakePod("web").CPU("3").Memory("256Mi").Annotation(vmspec.AnnotationMaxVCPUs, "2"),
+			[]string{`vmpod.io/max-vcpus: "2": is below the VM's 3 vCPUs (spec.containers[0].resources.limits.cpu); want at least that`}},
+		{"max-memory not a quantity", MakePod("web").Annotation(vmspec.AnnotationMaxMemory, "lots"),
+			[]string{`vmpod.io/max-memory: "lots": want a memory quantity such as 1Gi or 512Mi`}},
+		{"max-memory too small", MakePod("web").Annotation(vmspec.AnnotationMaxMemory, "1Mi"),
+			[]string{`vmpod.io/max-memory: "1Mi": want from 64Mi to 1Ti of guest RAM`}},
+		{"max-memory below the memory limit", MakePod("web").CPU("1").Memory("512Mi").Annotation(vmspec.AnnotationMaxMemory, "256Mi"),
+			[]string{`vmpod.io/max-memory: "256Mi": is below the VM's 512Mi (spec.containers[0].resources.limits.memory); want at least that`}},
+		{"max-memory off the 2Mi block", MakePod("web").CPU("1").Memory("256Mi").Annotation(vmspec.AnnotationMaxMemory, "259Mi"),
+			[]string{`vmpod.io/max-memory: "259Mi": must exceed the VM's 256Mi (spec.containers[0].resources.limits.memory) by a multiple of 2Mi`}},
 		{"bad boot", MakePod("web").Annotation(vmspec.AnnotationBoot, "pxe"),
 			[]string{`vmpod.io/boot: "pxe" is not one of auto, kernel, disk`}},
 		{"bad network", MakePod("web").Annotation(vmspec.AnnotationNetwork, "host"),

@@ -2,10 +2,14 @@ package vmspec
 
 import (
 	"errors"
+	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 var (
@@ -112,6 +116,22 @@ func applyAnnotation(s *Spec, ci *CloudInit, key, v string) error {
 			return invalid(key, v, "want the name of a configMap or secret volume of the pod")
 		}
 		ci.Volume = v
+	case AnnotationMaxVCPUs:
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxVCPUs {
+			return invalid(key, v, fmt.Sprintf("want a whole number of vCPUs from 1 to %d", MaxVCPUs))
+		}
+		s.MaxVCPUs = n
+	case AnnotationMaxMemory:
+		q, err := resource.ParseQuantity(v)
+		if err != nil {
+			return invalid(key, v, "want a memory quantity such as 1Gi or 512Mi")
+		}
+		b := memoryBytes(q)
+		if b < MinMemoryBytes || b > MaxMemoryBytes {
+			return invalid(key, v, "want from 64Mi to 1Ti of guest RAM")
+		}
+		s.MaxMemoryBytes = b
 	case AnnotationSSHAuthorizedKeys:
 		keys, err := parseSSHKeys(key, v)
 		if err != nil {

@@ -13,6 +13,13 @@ type Spec struct {
 	// MemoryBytes is the guest RAM: resources.limits.memory rounded down to
 	// whole MiB. The VM's own overhead is accounted separately (pkg/overhead).
 	MemoryBytes uint64
+	// MaxVCPUs and MaxMemoryBytes are how far an in-place resize may grow
+	// the running VM (vmpod.io/max-vcpus, vmpod.io/max-memory): the domain
+	// is made with room for them when it is created. 0 means no room: the
+	// VM keeps the size it started with. CeilingVCPUs and
+	// CeilingMemoryBytes give the effective maxima.
+	MaxVCPUs       int
+	MaxMemoryBytes uint64
 
 	Accel    Accel
 	CPU      CPU
@@ -36,6 +43,23 @@ type Spec struct {
 	// stdio (kubectl logs, kubectl attach).
 	Console bool
 }
+
+// CeilingVCPUs is the most vCPUs the VM can have while it runs: its
+// maximum, or its vCPUs when it has none.
+func (s Spec) CeilingVCPUs() int { return max(s.MaxVCPUs, s.VCPUs) }
+
+// CeilingMemoryBytes is the most guest RAM the VM can have while it runs:
+// its maximum, or its memory when it has none.
+func (s Spec) CeilingMemoryBytes() uint64 { return max(s.MaxMemoryBytes, s.MemoryBytes) }
+
+// HotplugMemoryBytes is the guest RAM the VM can gain while it runs, in
+// one virtio-mem device; 0 when it cannot.
+func (s Spec) HotplugMemoryBytes() uint64 { return s.CeilingMemoryBytes() - s.MemoryBytes }
+
+// MemoryBlockBytes is the granularity of live memory changes: the
+// virtio-mem block (2 MiB, the x86 huge page), so a resize changes the
+// guest's RAM by a multiple of it.
+const MemoryBlockBytes = 2 << 20
 
 // Accel is the accelerator policy.
 type Accel string

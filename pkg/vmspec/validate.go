@@ -48,6 +48,8 @@ func (s Spec) Validate() error {
 		add(invalid(fieldLimits+".memory", fmt.Sprint(s.MemoryBytes), "want whole MiB"))
 	}
 
+	add(s.validateMaxima())
+
 	add(oneOf(AnnotationAccel, string(s.Accel)))
 	add(oneOf(AnnotationFirmware, string(s.Firmware)))
 	add(oneOf(AnnotationBoot, string(s.Boot.Source)))
@@ -89,6 +91,33 @@ func (s Spec) validateCPU() error {
 		}
 	}
 	return nil
+}
+
+// validateMaxima checks the live-resize maxima against the size the VM
+// starts with. Limits outside their own range are reported by Validate.
+func (s Spec) validateMaxima() error {
+	var errs []error
+	if s.MaxVCPUs != 0 && s.VCPUs >= 1 && s.MaxVCPUs < s.VCPUs {
+		errs = append(errs, invalid(AnnotationMaxVCPUs, itoa(s.MaxVCPUs),
+			fmt.Sprintf("is below the VM's %d vCPUs (%s.cpu); want at least that", s.VCPUs, fieldLimits)))
+	}
+	if s.MaxVCPUs > MaxVCPUs {
+		errs = append(errs, invalid(AnnotationMaxVCPUs, itoa(s.MaxVCPUs), fmt.Sprintf("at most %d vCPUs", MaxVCPUs)))
+	}
+	if m := s.MaxMemoryBytes; m != 0 && s.MemoryBytes >= MinMemoryBytes {
+		mi := fmt.Sprintf("%dMi", m>>20)
+		switch {
+		case m > MaxMemoryBytes:
+			errs = append(errs, invalid(AnnotationMaxMemory, mi, "at most 1Ti of guest RAM"))
+		case m < s.MemoryBytes:
+			errs = append(errs, invalid(AnnotationMaxMemory, mi,
+				fmt.Sprintf("is below the VM's %dMi (%s.memory); want at least that", s.MemoryBytes>>20, fieldLimits)))
+		case (m-s.MemoryBytes)%MemoryBlockBytes != 0:
+			errs = append(errs, invalid(AnnotationMaxMemory, mi,
+				fmt.Sprintf("must exceed the VM's %dMi (%s.memory) by a multiple of 2Mi, the block memory is added in", s.MemoryBytes>>20, fieldLimits)))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (s Spec) validateVolumes() error {
