@@ -65,8 +65,10 @@ func TestSteps(t *testing.T) {
 			},
 		},
 		{
-			name:  "cpu auto under kvm is host-passthrough",
-			apply: func(d *libvirtxml.Domain) error { return cpu(d, vmspec.CPU{Model: "auto"}, 2, 0, host.AccelKVM, kvmHost) },
+			name: "cpu auto under kvm is host-passthrough",
+			apply: func(d *libvirtxml.Domain) error {
+				return cpu(d, vmspec.CPU{Model: "auto"}, 2, 0, host.AccelKVM, kvmHost)
+			},
 			want: libvirtxml.Domain{
 				VCPU: &libvirtxml.DomainVCPU{Placement: "static", Value: 2},
 				CPU: &libvirtxml.DomainCPU{Mode: "host-passthrough", Check: "none", Migratable: "off",
@@ -108,8 +110,10 @@ func TestSteps(t *testing.T) {
 			},
 		},
 		{
-			name:  "cpu auto under tcg is QEMU's default model",
-			apply: func(d *libvirtxml.Domain) error { return cpu(d, vmspec.CPU{Model: "auto"}, 1, 0, host.AccelTCG, tcgHost) },
+			name: "cpu auto under tcg is QEMU's default model",
+			apply: func(d *libvirtxml.Domain) error {
+				return cpu(d, vmspec.CPU{Model: "auto"}, 1, 0, host.AccelTCG, tcgHost)
+			},
 			want: libvirtxml.Domain{
 				VCPU: &libvirtxml.DomainVCPU{Placement: "static", Value: 1},
 				CPU:  &libvirtxml.DomainCPU{Topology: &libvirtxml.DomainCPUTopology{Sockets: 1, Dies: 1, Cores: 1, Threads: 1}},
@@ -129,8 +133,10 @@ func TestSteps(t *testing.T) {
 			},
 		},
 		{
-			name:  "cpu named model",
-			apply: func(d *libvirtxml.Domain) error { return cpu(d, vmspec.CPU{Model: "EPYC"}, 1, 0, host.AccelTCG, tcgHost) },
+			name: "cpu named model",
+			apply: func(d *libvirtxml.Domain) error {
+				return cpu(d, vmspec.CPU{Model: "EPYC"}, 1, 0, host.AccelTCG, tcgHost)
+			},
 			want: libvirtxml.Domain{
 				VCPU: &libvirtxml.DomainVCPU{Placement: "static", Value: 1},
 				CPU: &libvirtxml.DomainCPU{Mode: "custom", Match: "exact", Check: "partial",
@@ -149,8 +155,10 @@ func TestSteps(t *testing.T) {
 			},
 		},
 		{
-			name:  "cpu with room to grow plugs the current vCPUs of one socket of the maximum",
-			apply: func(d *libvirtxml.Domain) error { return cpu(d, vmspec.CPU{Model: "auto"}, 1, 4, host.AccelTCG, tcgHost) },
+			name: "cpu with room to grow plugs the current vCPUs of one socket of the maximum",
+			apply: func(d *libvirtxml.Domain) error {
+				return cpu(d, vmspec.CPU{Model: "auto"}, 1, 4, host.AccelTCG, tcgHost)
+			},
 			want: libvirtxml.Domain{
 				VCPU: &libvirtxml.DomainVCPU{Placement: "static", Current: 1, Value: 4},
 				CPU:  &libvirtxml.DomainCPU{Topology: &libvirtxml.DomainCPUTopology{Sockets: 1, Dies: 1, Cores: 4, Threads: 1}},
