@@ -41,6 +41,30 @@ type Hypervisor interface {
 	// CAP_SYS_RESOURCE; FailedPrecondition on a stopped domain.
 	SetMemoryHardLimit(ctx context.Context, name string, bytes uint64) error
 
+	// Size reports how many vCPUs are plugged into a running or paused
+	// domain and what its hot-pluggable memory holds, from the live
+	// definition: what the VM has now, not what it was started with.
+	// FailedPrecondition when it is not running.
+	Size(ctx context.Context, name string) (Size, error)
+
+	// PlugVCPUs hot-plugs vCPUs into a running or paused domain until n
+	// are plugged (at most its maximum, <vcpu>); nil when n already are.
+	// It never unplugs: a guest gives vCPUs back by taking them offline,
+	// as unplug needs the guest's ACPI eject, which libvirt 9.0 stops
+	// waiting for after 5 s and then never records (seen under TCG).
+	// InvalidArgument above the maximum; FailedPrecondition when the
+	// domain is not running.
+	PlugVCPUs(ctx context.Context, name string, n int) error
+
+	// RequestHotplugMemory asks the guest of a running or paused domain to
+	// hold bytes of its hot-pluggable (virtio-mem) memory, growing or
+	// shrinking it, and returns without waiting: the guest plugs or
+	// unplugs blocks as it can, and Size reports how far it got. bytes is
+	// a multiple of the device's block. InvalidArgument when the domain
+	// has no such memory or bytes exceeds it; FailedPrecondition when it
+	// is not running.
+	RequestHotplugMemory(ctx context.Context, name string, bytes uint64) error
+
 	// Shutdown presses the ACPI power button and returns; the guest decides
 	// whether and when it powers off (watch Events or Info).
 	// FailedPrecondition if not running.

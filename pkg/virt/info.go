@@ -42,3 +42,15 @@ type BlockStats struct {
 	ReadBytes, WriteBytes uint64
 	ReadOps, WriteOps     uint64
 }
+
+// Size is what a running domain has plugged, from its live definition.
+type Size struct {
+	// VCPUs are plugged into QEMU, of MaxVCPUs. The guest decides how
+	// many of them are online.
+	VCPUs, MaxVCPUs int
+	// HotplugRequestedBytes is what the domain's hot-pluggable (virtio-mem)
+	// memory was last asked to hold and HotplugPluggedBytes what the guest
+	// holds of it now, of HotplugMaxBytes; all 0 without such memory. The
+	// guest's whole RAM is its boot memory plus HotplugPluggedBytes.
+	HotplugRequestedBytes, HotplugPluggedBytes, HotplugMaxBytes uint64
+}

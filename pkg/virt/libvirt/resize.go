@@ -1,0 +1,171 @@
+package libvirt
+
+import (
+	"context"
+	"encoding/xml"
+	"fmt"
+
+	"github.com/containerd/errdefs"
+	lv "libvirt.org/go/libvirt"
+	"libvirt.org/go/libvirtxml"
+
+	"github.com/vmpod/vmpod/pkg/virt"
+)
+
+// Size implements virt.Hypervisor.
+func (c *Conn) Size(ctx context.Context, name string) (virt.Size, error) {
+	d, st, err := c.domainState(ctx, name)
+	if err != nil {
+		return virt.Size{}, err
+	}
+	defer d.Free()
+	if !st.Active() {
+		return virt.Size{}, fmt.Errorf("size of %s: %w: %s", subject(name), errdefs.ErrFailedPrecondition, st)
+	}
+	dom, x, err := liveDefinition(d, name)
+	if err != nil {
+		return virt.Size{}, err
+	}
+	return sizeOf(dom, x)
+}
+
+// sizeOf reads the plugged vCPUs and the virtio-mem device from a live
+// definition, dom as parsed and x as libvirt wrote it: libvirt updates
+// <vcpu current> on every plug and the device's <current> from QEMU's
+// size-change events (libvirtxml has no field for that one).
+func sizeOf(dom *libvirtxml.Domain, x string) (virt.Size, error) {
+	var s virt.Size
+	if v := dom.VCPU; v != nil {
+		s.MaxVCPUs, s.VCPUs = int(v.Value), int(v.Value)
+		if v.Current != 0 {
+			s.VCPUs = int(v.Current)
+		}
+	}
+	if m := virtioMem(dom); m != nil && m.Target != nil {
+		t := m.Target
+		if t.Size != nil {
+			s.HotplugMaxBytes = kib(t.Size.Value, t.Size.Unit)
+		}
+		if t.Requested != nil {
+			s.HotplugRequestedBytes = kib(t.Requested.Value, t.Requested.Unit)
+		}
+		var cur struct {
+			Memory []struct {
+				Model   string `xml:"model,attr"`
+				Current struct {
+					Value uint   `xml:",chardata"`
+					Unit  string `xml:"unit,attr"`
+				} `xml:"target>current"`
+			} `xml:"devices>memory"`
+		}
+		if err := xml.Unmarshal([]byte(x), &cur); err != nil {
+			return s, fmt.Errorf("live definition: %w: %v", errdefs.ErrInternal, err)
+		}
+		for _, m := range cur.Memory {
+			if m.Model == "virtio-mem" {
+				s.HotplugPluggedBytes = kib(m.Current.Value, m.Current.Unit)
+			}
+		}
+	}
+	return s, nil
+}
+
+// kib converts a libvirt memory value to bytes; vmpod writes KiB and
+// libvirt answers in KiB, so another unit is a bug worth seeing as 0.
+func kib(v uint, unit string) uint64 {
+	if unit != "" && unit != "KiB" {
+		return 0
+	}
+	return uint64(v) << 10
+}
+
+// PlugVCPUs implements virt.Hypervisor.
+func (c *Conn) PlugVCPUs(ctx context.Context, name string, n int) error {
+	d, st, err := c.domainState(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer d.Free()
+	if !st.Active() {
+		return fmt.Errorf("plug vCPUs into %s: %w: %s", subject(name), errdefs.ErrFailedPrecondition, st)
+	}
+	dom, x, err := liveDefinition(d, name)
+	if err != nil {
+		return err
+	}
+	sz, err := sizeOf(dom, x)
+	if err != nil {
+		return err
+	}
+	switch {
+	case n < 1 || n > sz.MaxVCPUs:
+		return fmt.Errorf("plug vCPUs into %s: %w: %d vCPUs asked, the domain has room for 1 to %d",
+			subject(name), errdefs.ErrInvalidArgument, n, sz.MaxVCPUs)
+	case n <= sz.VCPUs:
+		return nil
+	}
+	return classify(d.SetVcpusFlags(uint(n), lv.DOMAIN_VCPU_LIVE), fmt.Sprintf("plug %d vCPUs into %s", n, subject(name)))
+}
+
+// RequestHotplugMemory implements virt.Hypervisor. libvirt changes a
+// virtio-mem device's <requested> through a device update with the same
+// device, as it is in the live definition, and the new size.
+func (c *Conn) RequestHotplugMemory(ctx context.Context, name string, bytes uint64) error {
+	d, st, err := c.domainState(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer d.Free()
+	what := fmt.Sprintf("request %d MiB of hot-pluggable memory in %s", bytes>>20, subject(name))
+	if !st.Active() {
+		return fmt.Errorf("%s: %w: %s", what, errdefs.ErrFailedPrecondition, st)
+	}
+	dom, _, err := liveDefinition(d, name)
+	if err != nil {
+		return err
+	}
+	m := virtioMem(dom)
+	if m == nil || m.Target == nil || m.Target.Size == nil {
+		return fmt.Errorf("%s: %w: the domain has no virtio-mem device", what, errdefs.ErrInvalidArgument)
+	}
+	if max := kib(m.Target.Size.Value, m.Target.Size.Unit); bytes > max {
+		return fmt.Errorf("%s: %w: the device holds at most %d MiB", what, errdefs.ErrInvalidArgument, max>>20)
+	}
+	dev := *m
+	t := *m.Target
+	t.Requested = &libvirtxml.DomainMemorydevTargetRequested{Value: uint(bytes >> 10), Unit: "KiB"}
+	dev.Target = &t
+	x, err := dev.Marshal()
+	if err != nil {
+		return fmt.Errorf("%s: %w: %v", what, errdefs.ErrInternal, err)
+	}
+	return classify(d.UpdateDeviceFlags(x, lv.DOMAIN_DEVICE_MODIFY_LIVE), what)
+}
+
+// liveDefinition is the domain's definition as it runs, parsed and as
+// libvirt wrote it.
+func liveDefinition(d *lv.Domain, name string) (*libvirtxml.Domain, string, error) {
+	x, err := d.GetXMLDesc(0)
+	if err != nil {
+		return nil, "", classify(err, "live definition of "+subject(name))
+	}
+	var dom libvirtxml.Domain
+	if err := dom.Unmarshal(x); err != nil {
+		return nil, "", fmt.Errorf("live definition of %s: %w: %v", subject(name), errdefs.ErrInternal, err)
+	}
+	return &dom, x, nil
+}
+
+// virtioMem is the domain's virtio-mem device, nil when it has none
+// (vmpod makes at most one).
+func virtioMem(dom *libvirtxml.Domain) *libvirtxml.DomainMemorydev {
+	if dom.Devices == nil {
+		return nil
+	}
+	for i := range dom.Devices.Memorydevs {
+		if m := &dom.Devices.Memorydevs[i]; m.Model == "virtio-mem" {
+			return m
+		}
+	}
+	return nil
+}

@@ -1,0 +1,92 @@
+package libvirt
+
+import (
+	"context"
+	"testing"
+
+	"github.com/containerd/errdefs"
+	"libvirt.org/go/libvirtxml"
+
+	"github.com/vmpod/vmpod/pkg/virt"
+)
+
+// The test driver keeps <vcpu current> live, so plugging is checked for
+// real here; virtio-mem needs QEMU (pkg/vm's resize test).
+func TestPlugVCPUsOnTestDriver(t *testing.T) {
+	ctx := context.Background()
+	c := openTest(t)
+	name := domainName(t)
+	var dom libvirtxml.Domain
+	if err := dom.Unmarshal(domainXML(t, "test", name, "")); err != nil {
+		t.Fatal(err)
+	}
+	dom.VCPU = &libvirtxml.DomainVCPU{Current: 1, Value: 3}
+	x, err := dom.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Define(ctx, x); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.Destroy(ctx, name)
+		_ = c.Undefine(ctx, name)
+	})
+	if _, err := c.Size(ctx, name); !errdefs.IsFailedPrecondition(err) {
+		t.Fatalf("Size of a stopped domain: %v, want FailedPrecondition", err)
+	}
+	if err := c.PlugVCPUs(ctx, name, 2); !errdefs.IsFailedPrecondition(err) {
+		t.Fatalf("PlugVCPUs into a stopped domain: %v, want FailedPrecondition", err)
+	}
+	if err := c.Start(ctx, name, virt.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want := func(vcpus int) {
+		t.Helper()
+		got, err := c.Size(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w := (virt.Size{VCPUs: vcpus, MaxVCPUs: 3}); got != w {
+			t.Fatalf("Size = %+v, want %+v", got, w)
+		}
+	}
+	want(1)
+	if err := c.PlugVCPUs(ctx, name, 3); err != nil {
+		t.Fatal(err)
+	}
+	want(3)
+	// Fewer than plugged: nothing to do, nothing unplugged.
+	if err := c.PlugVCPUs(ctx, name, 2); err != nil {
+		t.Fatal(err)
+	}
+	want(3)
+	for _, n := range []int{0, 4} {
+		if err := c.PlugVCPUs(ctx, name, n); !errdefs.IsInvalidArgument(err) {
+			t.Errorf("PlugVCPUs(%d): %v, want InvalidArgument", n, err)
+		}
+	}
+	if err := c.RequestHotplugMemory(ctx, name, 2<<20); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("RequestHotplugMemory without virtio-mem: %v, want InvalidArgument", err)
+	}
+}
+
+func TestSizeOfLiveDefinition(t *testing.T) {
+	x := `<domain type="qemu"><name>d</name><memory unit="KiB">262144</memory>
+  <vcpu placement="static" current="2">4</vcpu>
+  <devices><memory model="virtio-mem"><target><size unit="KiB">262144</size><node>0</node>
+    <block unit="KiB">2048</block><requested unit="KiB">131072</requested><current unit="KiB">65536</current>
+  </target></memory></devices></domain>`
+	var dom libvirtxml.Domain
+	if err := dom.Unmarshal(x); err != nil {
+		t.Fatal(err)
+	}
+	got, err := sizeOf(&dom, x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := virt.Size{VCPUs: 2, MaxVCPUs: 4, HotplugRequestedBytes: 128 << 20, HotplugPluggedBytes: 64 << 20, HotplugMaxBytes: 256 << 20}
+	if got != want {
+		t.Fatalf("sizeOf = %+v, want %+v", got, want)
+	}
+}
