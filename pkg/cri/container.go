@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/containerd/errdefs"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/vmpod/vmpod/internal/ckpt"
 	"github.com/vmpod/vmpod/pkg/vmd"
@@ -50,6 +51,10 @@ type containerRecord struct {
 	// stored images they hold (image_volume.go).
 	Mounts  []mountRecord `json:"mounts,omitempty"`
 	LogPath string        `json:"logPath,omitempty"`
+	// Resources are the container's CPU and memory as created and then
+	// as each UpdateContainerResources that succeeded left them: what
+	// the VM has, since an update returns only once the VM has it.
+	Resources resourcesRecord `json:"resources"`
 
 	State      containerState `json:"state"`
 	CreatedAt  int64          `json:"createdAt"`
@@ -58,6 +63,43 @@ type containerRecord struct {
 	ExitCode   int32          `json:"exitCode,omitempty"`
 	Reason     string         `json:"reason,omitempty"`
 	Message    string         `json:"message,omitempty"`
+}
+
+// resourcesRecord is the part of the CRI's LinuxContainerResources a VM
+// takes; 0 is a field never given.
+type resourcesRecord struct {
+	CPUPeriod          int64 `json:"cpuPeriod,omitempty"`
+	CPUQuota           int64 `json:"cpuQuota,omitempty"`
+	CPUShares          int64 `json:"cpuShares,omitempty"`
+	MemoryLimitInBytes int64 `json:"memoryLimitInBytes,omitempty"`
+}
+
+// merge takes the fields r gives (UpdateContainerResources leaves the
+// others as they are, as linuxResources reads them).
+func (rr resourcesRecord) merge(r *runtimeapi.LinuxContainerResources) resourcesRecord {
+	if v := r.GetCpuPeriod(); v > 0 {
+		rr.CPUPeriod = v
+	}
+	if v := r.GetCpuQuota(); v != 0 {
+		rr.CPUQuota = v
+	}
+	if v := r.GetCpuShares(); v > 0 {
+		rr.CPUShares = v
+	}
+	if v := r.GetMemoryLimitInBytes(); v > 0 {
+		rr.MemoryLimitInBytes = v
+	}
+	return rr
+}
+
+// cri is the record as ContainerStatus reports it.
+func (rr resourcesRecord) cri() *runtimeapi.ContainerResources {
+	if rr == (resourcesRecord{}) {
+		return nil
+	}
+	return &runtimeapi.ContainerResources{Linux: &runtimeapi.LinuxContainerResources{
+		CpuPeriod: rr.CPUPeriod, CpuQuota: rr.CPUQuota, CpuShares: rr.CPUShares, MemoryLimitInBytes: rr.MemoryLimitInBytes,
+	}}
 }
 
 // container is one VM container, its record checkpointed. Its VM is the

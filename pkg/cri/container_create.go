@@ -67,7 +67,8 @@ func (s *Server) CreateContainer(ctx context.Context, r *runtimeapi.CreateContai
 		ID: id, SandboxID: sbRec.ID, Name: cfg.GetMetadata().GetName(), Attempt: cfg.GetMetadata().GetAttempt(),
 		Labels: cfg.GetLabels(), Annotations: cfg.GetAnnotations(),
 		Image: cfg.GetImage().GetImage(), ImageID: img.ID, Mounts: mounts,
-		State: containerCreated, CreatedAt: time.Now().UnixNano(),
+		Resources: resourcesRecord{}.merge(cfg.GetLinux().GetResources()),
+		State:     containerCreated, CreatedAt: time.Now().UnixNano(),
 	}
 	if sbRec.LogDir != "" && cfg.GetLogPath() != "" {
 		rec.LogPath = filepath.Join(sbRec.LogDir, cfg.GetLogPath())

@@ -51,6 +51,7 @@ func containerStatus(rec containerRecord) *runtimeapi.ContainerStatus {
 		ExitCode: rec.ExitCode, Reason: rec.Reason, Message: rec.Message,
 		Image: &runtimeapi.ImageSpec{Image: rec.Image}, ImageRef: rec.ImageID, ImageId: rec.ImageID,
 		Labels: rec.Labels, Annotations: rec.Annotations, LogPath: rec.LogPath,
+		Resources: rec.Resources.cri(),
 	}
 	// The kubelet reports each image volume's digest from these
 	// (ImageVolumeWithDigest).

@@ -7,16 +7,24 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// UpdateContainerResources changes the running VM's CPU shares and quota
-// live (vm.VM.Update). Guest memory and the vCPU count cannot change under a
-// running guest: asking for another memory limit, or a CPU limit above
-// the vCPUs, is refused with what to do instead (recreate the pod).
+// UpdateContainerResources resizes the running VM live (vm.VM.Update):
+// CPU shares and quota, and, within the maxima the pod was created with
+// (vmpod.io/max-vcpus, vmpod.io/max-memory), its vCPUs and RAM. It
+// returns once the VM has the new size, which ContainerStatus then
+// reports; what the VM cannot become is refused with the reason, which
+// the kubelet shows in the pod's PodResizeInProgress condition.
 func (s *Server) UpdateContainerResources(ctx context.Context, r *runtimeapi.UpdateContainerResourcesRequest) (*runtimeapi.UpdateContainerResourcesResponse, error) {
 	c, err := s.container(r.GetContainerId())
 	if err != nil {
 		return nil, err
 	}
-	if err := s.vms.Update(c.id, linuxResources(r.GetLinux())); err != nil {
+	if err := s.vms.Update(ctx, c.id, linuxResources(r.GetLinux())); err != nil {
+		return nil, err
+	}
+	if err := c.Update(func(rec *containerRecord) error {
+		rec.Resources = rec.Resources.merge(r.GetLinux())
+		return nil
+	}); err != nil {
 		return nil, err
 	}
 	return &runtimeapi.UpdateContainerResourcesResponse{}, nil

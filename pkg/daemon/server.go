@@ -301,7 +301,7 @@ func (s *Server) Update(ctx context.Context, r *node.UpdateRequest) (*emptypb.Em
 			return nil, fmt.Errorf("update VM %s: resources: %v: %w", r.Id, err, errdefs.ErrInvalidArgument)
 		}
 	}
-	return empty, s.vms.Update(r.Id, &res)
+	return empty, s.vms.Update(ctx, r.Id, &res)
 }
 
 func (s *Server) Stats(ctx context.Context, r *node.IDRequest) (*node.StatsResponse, error) {

@@ -163,6 +163,32 @@ func (c *Cgroup) UpdateCPU(cpu *specs.LinuxCPU) error {
 	return nil
 }
 
+// UpdateMemory changes the memory limit live (a live resize of the VM).
+// The kernel refuses a limit below what the cgroup uses and cannot
+// reclaim; the caller never lowers it below what the guest holds.
+func (c *Cgroup) UpdateMemory(bytes uint64) error {
+	if bytes == 0 {
+		return fmt.Errorf("update cgroup %s: a memory limit of 0: %w", c.path, errdefs.ErrInvalidArgument)
+	}
+	res := Limits{MemoryBytes: bytes}.resources()
+	var err error
+	switch {
+	case c.path.Driver == Systemd:
+		err = setScopeMemory(c.path.Unit, bytes)
+	case c.v2 != nil:
+		err = c.v2.Update(cgroup2.ToResources(res))
+	default:
+		err = c.v1.Update(res)
+	}
+	if err == nil {
+		err = c.checkMemory(bytes)
+	}
+	if err != nil {
+		return fmt.Errorf("update cgroup %s: memory limit %d: %v: %w", c.path, bytes, err, errdefs.ErrInternal)
+	}
+	return nil
+}
+
 // Stats are the cgroup's counters: containerd's cgroup1 or cgroup2 stats
 // Metrics (both protobuf messages containerd's CRI plugin understands).
 func (c *Cgroup) Stats() (any, error) {

@@ -110,6 +110,15 @@ func testDriver(t *testing.T, p Path) {
 	if got := cpuMax(t, p.Dir); got != "50000 100000" {
 		t.Errorf("CPU quota after update = %q, want 50000 100000", got)
 	}
+	// A live resize moves the memory limit both ways.
+	for _, b := range []uint64{128 << 20, 64 << 20, 96 << 20} {
+		if err := cg.UpdateMemory(b); err != nil {
+			t.Fatal(err)
+		}
+		if got := MemoryLimit(p.Dir); got != b {
+			t.Errorf("memory limit after UpdateMemory(%d) = %d", b, got)
+		}
+	}
 	if cg.OOMKilled() {
 		t.Error("OOMKilled before any OOM")
 	}

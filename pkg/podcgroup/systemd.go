@@ -50,11 +50,7 @@ func startScope(p Path, pid int, l Limits) error {
 		prop("CPUAccounting", true),
 	}
 	if l.MemoryBytes > 0 {
-		if Unified() {
-			props = append(props, prop("MemoryMax", l.MemoryBytes))
-		} else {
-			props = append(props, prop("MemoryLimit", l.MemoryBytes))
-		}
+		props = append(props, memoryProp(l.MemoryBytes))
 	}
 	props = append(props, cpuProps(l.CPU)...)
 	done := make(chan string, 1)
@@ -84,6 +80,27 @@ func stopScope(unit string) error {
 	err = waitJob(ctx, conn, unit, "stop", done)
 	_ = conn.ResetFailedUnitContext(ctx, unit) // no such unit once it is gone
 	return err
+}
+
+// memoryProp is the systemd property of a memory limit: MemoryMax on v2,
+// MemoryLimit on v1.
+func memoryProp(bytes uint64) systemd.Property {
+	if Unified() {
+		return prop("MemoryMax", bytes)
+	}
+	return prop("MemoryLimit", bytes)
+}
+
+// setScopeMemory changes the scope's memory limit live.
+func setScopeMemory(unit string, bytes uint64) error {
+	ctx, cancel := context.WithTimeout(context.Background(), jobTimeout)
+	defer cancel()
+	conn, err := connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return conn.SetUnitPropertiesContext(ctx, unit, true, memoryProp(bytes))
 }
 
 // setScopeCPU changes the scope's CPU weight (shares) and quota live.

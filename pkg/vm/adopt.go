@@ -62,7 +62,7 @@ func Adopt(ctx context.Context, req AdoptRequest, open Opener) (_ *VM, retErr er
 	if err != nil {
 		return nil, err
 	}
-	v := &VM{spec: req.Spec, layout: req.Layout, hv: env.Runtime.hv, held: h, record: req.Record,
+	v := &VM{spec: req.Spec, layout: req.Layout, hv: env.Runtime.hv, host: env.Host, held: h, record: req.Record,
 		limit: MemoryLimit(req.Spec, env.Host)}
 	if h.Cgroup != "" {
 		if v.cgPath, err = podcgroup.Parse(h.Cgroup); err != nil {

@@ -185,7 +185,7 @@ func OverheadModel(s vmspec.Spec, h host.Host) vmspec.Overhead {
 // of its guest RAM in a memfd: 2.5 MiB a GiB, measured), and the pod's
 // limit bounds the two together.
 func MemoryLimit(s vmspec.Spec, h host.Host) uint64 {
-	return s.MemoryBytes + OverheadModel(s, h).PodBytes(s.MemoryBytes, s.VCPUs, len(s.Shares))
+	return s.MemoryBytes + OverheadModel(s, h).PodBytes(s.MemoryBytes, s.CeilingVCPUs(), len(s.Shares))
 }
 
 // CheckPodLimit refuses a VM that cannot fit its overhead, its shares'
@@ -193,5 +193,5 @@ func MemoryLimit(s vmspec.Spec, h host.Host) uint64 {
 // plus the RuntimeClass overhead; 0: none): it would be OOM-killed at some
 // point of its life.
 func CheckPodLimit(s vmspec.Spec, h host.Host, podLimit uint64) error {
-	return OverheadModel(s, h).CheckPodLimit(podLimit, s.MemoryBytes, s.VCPUs, len(s.Shares))
+	return OverheadModel(s, h).CheckPodLimit(podLimit, s.MemoryBytes, s.CeilingVCPUs(), len(s.Shares))
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/containerd/containerd/v2/core/mount"
@@ -88,6 +89,7 @@ type VM struct {
 	spec    vmspec.Spec
 	layout  Layout
 	hv      virt.Hypervisor // nil until the Opener ran
+	host    host.Host       // the node, as the Opener saw it
 	machine *Machine
 	// machineGone: Delete removed the machine. The Machine stays, for
 	// Wait and Exited: the CRI server's exit watcher deletes a VM as soon
@@ -104,6 +106,7 @@ type VM struct {
 	startMemory uint64 // the cgroup's memory use before the guest ran
 	held        Held
 	record      func(Held) error
+	resizing    sync.Mutex // held by Update
 	phases      Phases // of Create, before the Machine's
 
 	// The pod's volumes: the jail (its file server uid), each share's
@@ -161,7 +164,7 @@ func Create(ctx context.Context, req Request, open Opener) (_ *VM, retErr error)
 	if a := req.OOMScoreAdj; a != nil && (*a < -1000 || *a > 1000) {
 		return nil, fmt.Errorf("oom_score_adj %d: not in [-1000, 1000]: %w", *a, errdefs.ErrInvalidArgument)
 	}
-	v.hv, v.rt = env.Runtime.hv, env.Runtime
+	v.hv, v.rt, v.host = env.Runtime.hv, env.Runtime, env.Host
 	v.limit = MemoryLimit(req.Spec, env.Host)
 	if err := CheckPodLimit(req.Spec, env.Host, podcgroup.MemoryLimit(req.Cgroup.PodDir())); err != nil {
 		return nil, err
@@ -468,33 +471,6 @@ func (v *VM) Stats() (any, error) {
 		return nil, fmt.Errorf("the VM %s has not started, so it has no cgroup yet: %w", v.spec.Name, errdefs.ErrNotFound)
 	}
 	return v.cgroup.Stats()
-}
-
-// Update applies new container resources: CPU shares and quota change
-// live; guest memory and the vCPU count cannot change under a running
-// guest, and asking for it is refused with what to do instead.
-func (v *VM) Update(r *specs.LinuxResources) error {
-	if r == nil {
-		return nil
-	}
-	if m := r.Memory; m != nil && m.Limit != nil && uint64(*m.Limit)&^(1<<20-1) != v.spec.MemoryBytes {
-		return fmt.Errorf("memory limit %d: a running VM's memory cannot change; recreate the pod: %w",
-			*m.Limit, errdefs.ErrFailedPrecondition)
-	}
-	cpu := r.CPU
-	if cpu == nil {
-		return nil
-	}
-	if cpu.Quota != nil && *cpu.Quota > 0 && cpu.Period != nil && *cpu.Period > 0 {
-		if n := int((uint64(*cpu.Quota) + *cpu.Period - 1) / *cpu.Period); n > v.spec.VCPUs {
-			return fmt.Errorf("cpu limit of %d CPUs: the VM has %d vCPUs, which cannot change while it runs; recreate the pod: %w",
-				n, v.spec.VCPUs, errdefs.ErrFailedPrecondition)
-		}
-	}
-	if v.cgroup == nil {
-		return fmt.Errorf("the VM is not running in a cgroup of its own: %w", errdefs.ErrFailedPrecondition)
-	}
-	return v.cgroup.UpdateCPU(cpu)
 }
 
 // Abandon lets go of the VM as a process that dies does, without stopping

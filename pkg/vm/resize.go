@@ -1,0 +1,322 @@
+package vm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/vmpod/vmpod/pkg/vmspec"
+)
+
+// How long a live resize waits for the guest, polling every resizePoll:
+// vCPUs appear in the guest a second or two after the plug under TCG,
+// and the guest plugs virtio-mem blocks as fast as it can online them.
+// A shrink waits less: memory the guest cannot free does not come free
+// by waiting, and the kubelet retries.
+var (
+	resizePoll         = 250 * time.Millisecond
+	vcpuOnlineTimeout  = 30 * time.Second
+	memoryGrowTimeout  = 60 * time.Second
+	memoryShrinkWindow = 20 * time.Second
+)
+
+// Size is what a running VM has: the vCPUs online in the guest and its RAM.
+type Size struct {
+	VCPUs       int
+	MemoryBytes uint64
+}
+
+// Update applies new container resources to the running VM, live, and
+// returns only when the VM has them, or with an error that says what it
+// has instead (the kubelet records a resize as done when this returns
+// nil, and retries one that failed):
+//
+//   - CPU shares and quota change QEMU's cgroup.
+//   - A CPU limit of another whole number of CPUs changes the vCPUs the
+//     guest has online, within vmpod.io/max-vcpus: vCPUs beyond those
+//     plugged are hot-plugged, and the guest agent onlines or offlines
+//     them (the guest gives vCPUs back by offlining them; QEMU keeps
+//     their halted threads for the next rise).
+//   - A memory limit changes the guest's RAM within vmpod.io/max-memory,
+//     through the VM's virtio-mem device; QEMU's memory limit rises
+//     before the guest grows and falls only as far as the guest shrank,
+//     so QEMU is never limited below what the guest holds.
+//
+// A VM created without room (no maxima) keeps its vCPUs and RAM: asking
+// for more is refused with what to do instead, as is a size the VM
+// cannot reach. One resize runs at a time.
+func (v *VM) Update(ctx context.Context, r *specs.LinuxResources) error {
+	if r == nil {
+		return nil
+	}
+	if v.cgroup == nil || v.machine == nil {
+		return fmt.Errorf("update %s: the VM is not running in a cgroup of its own: %w", v.spec.Name, errdefs.ErrFailedPrecondition)
+	}
+	if !v.resizing.TryLock() {
+		return fmt.Errorf("update %s: another resize of the VM is in progress: %w", v.spec.Name, errdefs.ErrFailedPrecondition)
+	}
+	defer v.resizing.Unlock()
+
+	cur, err := v.size(ctx)
+	if err != nil {
+		return err
+	}
+	want := cur
+	if cpu := r.CPU; cpu != nil && cpu.Quota != nil && *cpu.Quota > 0 && cpu.Period != nil && *cpu.Period > 0 {
+		want.VCPUs = int((uint64(*cpu.Quota) + *cpu.Period - 1) / *cpu.Period)
+	}
+	if m := r.Memory; m != nil && m.Limit != nil && *m.Limit > 0 {
+		want.MemoryBytes = uint64(*m.Limit) &^ (1<<20 - 1)
+	}
+	if err := v.checkResize(cur, want); err != nil {
+		return err
+	}
+	if v.spec.MaxVCPUs == 0 {
+		want.VCPUs = cur.VCPUs // a lower limit changes the quota only
+	}
+
+	// Memory first, as the kubelet orders it. CPU quota rises before the
+	// vCPUs that run in it and falls after the guest gave them back.
+	if want.MemoryBytes != cur.MemoryBytes {
+		if err := v.resizeMemory(ctx, cur.MemoryBytes, want.MemoryBytes); err != nil {
+			return err
+		}
+	}
+	quotaFirst := want.VCPUs > cur.VCPUs
+	if quotaFirst && r.CPU != nil {
+		if err := v.cgroup.UpdateCPU(r.CPU); err != nil {
+			return err
+		}
+	}
+	if want.VCPUs != cur.VCPUs {
+		if err := v.resizeVCPUs(ctx, want.VCPUs); err != nil {
+			return err
+		}
+	}
+	if !quotaFirst && r.CPU != nil {
+		if err := v.cgroup.UpdateCPU(r.CPU); err != nil {
+			return err
+		}
+	}
+	if r.CPU != nil {
+		v.cpu = r.CPU
+	}
+	return nil
+}
+
+// checkResize refuses what the VM cannot become, before anything changes.
+func (v *VM) checkResize(cur, want Size) error {
+	s := v.spec
+	var errs []error
+	switch top := s.CeilingVCPUs(); {
+	case want.VCPUs == cur.VCPUs:
+	case s.MaxVCPUs == 0 && want.VCPUs > cur.VCPUs:
+		errs = append(errs, fmt.Errorf("cpu limit of %d CPUs: the VM has %d vCPUs and was created without room for more; set %s when the pod is created to add vCPUs live, or resize with resizePolicy RestartContainer",
+			want.VCPUs, cur.VCPUs, vmspec.AnnotationMaxVCPUs))
+	case s.MaxVCPUs == 0:
+		// No room, no vCPU change: a lower limit changes the quota only,
+		// as before vCPUs could change.
+	case want.VCPUs > top:
+		errs = append(errs, fmt.Errorf("cpu limit of %d CPUs: above %s=%d, the most vCPUs this VM can have; recreate the pod with a larger maximum",
+			want.VCPUs, vmspec.AnnotationMaxVCPUs, top))
+	}
+	switch {
+	case want.MemoryBytes == cur.MemoryBytes:
+	case s.HotplugMemoryBytes() == 0:
+		errs = append(errs, fmt.Errorf("memory limit of %dMi: the VM has %dMi and was created without room to change it live; set %s when the pod is created, or resize with resizePolicy RestartContainer",
+			want.MemoryBytes>>20, cur.MemoryBytes>>20, vmspec.AnnotationMaxMemory))
+	case want.MemoryBytes > s.CeilingMemoryBytes():
+		errs = append(errs, fmt.Errorf("memory limit of %dMi: above %s=%dMi, the most RAM this VM can have; recreate the pod with a larger maximum",
+			want.MemoryBytes>>20, vmspec.AnnotationMaxMemory, s.CeilingMemoryBytes()>>20))
+	case want.MemoryBytes < s.MemoryBytes:
+		errs = append(errs, fmt.Errorf("memory limit of %dMi: below the %dMi the VM booted with; only memory added live can be taken away",
+			want.MemoryBytes>>20, s.MemoryBytes>>20))
+	case (want.MemoryBytes-s.MemoryBytes)%vmspec.MemoryBlockBytes != 0:
+		errs = append(errs, fmt.Errorf("memory limit of %dMi: the VM's RAM changes in blocks of 2Mi from the %dMi it booted with; ask for an even number of Mi more",
+			want.MemoryBytes>>20, s.MemoryBytes>>20))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("resize %s: %w: %w", v.spec.Name, errdefs.ErrFailedPrecondition, err)
+	}
+	return nil
+}
+
+// size is what the VM has now: the guest's RAM from the hypervisor, and
+// the vCPUs the guest has online from its agent (those plugged when it
+// has no agent). Read each time rather than remembered, so that it holds
+// after a daemon restart adopted the VM.
+func (v *VM) size(ctx context.Context) (Size, error) {
+	hs, err := v.hv.Size(ctx, v.spec.Name)
+	if err != nil {
+		return Size{}, err
+	}
+	s := Size{VCPUs: hs.VCPUs, MemoryBytes: v.spec.MemoryBytes + hs.HotplugPluggedBytes}
+	if v.spec.MaxVCPUs == 0 {
+		return s, nil
+	}
+	online, _, err := v.guestVCPUs(ctx)
+	if err == nil {
+		s.VCPUs = len(online)
+	}
+	return s, nil
+}
+
+// Size is what the running VM has now: vCPUs online in the guest and RAM.
+func (v *VM) Size(ctx context.Context) (Size, error) {
+	if v.machine == nil {
+		return Size{}, fmt.Errorf("size of %s: not running: %w", v.spec.Name, errdefs.ErrFailedPrecondition)
+	}
+	return v.size(ctx)
+}
+
+// resizeMemory moves the guest's RAM from cur to want bytes.
+func (v *VM) resizeMemory(ctx context.Context, cur, want uint64) error {
+	limit := func(guest uint64) uint64 {
+		s := v.spec
+		s.MemoryBytes = guest
+		return MemoryLimit(s, v.host)
+	}
+	if want > cur {
+		if err := v.cgroup.UpdateMemory(limit(want)); err != nil {
+			return err
+		}
+	}
+	if err := v.hv.RequestHotplugMemory(ctx, v.spec.Name, want-v.spec.MemoryBytes); err != nil {
+		return err
+	}
+	wait := memoryGrowTimeout
+	if want < cur {
+		wait = memoryShrinkWindow
+	}
+	has, waitErr := v.waitMemory(ctx, want, wait)
+	// QEMU's limit follows what the guest holds, never below it.
+	if err := v.cgroup.UpdateMemory(limit(max(has, want))); err != nil {
+		return errors.Join(waitErr, err)
+	}
+	return waitErr
+}
+
+// waitMemory waits until the guest holds want bytes of RAM, and returns
+// what it holds when it does or when wait ran out (an error then says
+// what it holds).
+func (v *VM) waitMemory(ctx context.Context, want uint64, wait time.Duration) (uint64, error) {
+	var has uint64
+	err := poll(ctx, wait, func() (bool, error) {
+		hs, err := v.hv.Size(ctx, v.spec.Name)
+		if err != nil {
+			return false, err
+		}
+		has = v.spec.MemoryBytes + hs.HotplugPluggedBytes
+		return has == want, nil
+	})
+	if errors.Is(err, errWaitedOut) {
+		verb := "plugged"
+		if want < has {
+			verb = "gave back"
+		}
+		return has, fmt.Errorf("resize %s to %dMi of RAM: the guest %s only part of it in %v and has %dMi; the kubelet retries: %w",
+			v.spec.Name, want>>20, verb, wait, has>>20, errdefs.ErrUnavailable)
+	}
+	return has, err
+}
+
+// resizeVCPUs plugs vCPUs up to n if fewer are plugged, then has the
+// guest agent bring exactly n online.
+func (v *VM) resizeVCPUs(ctx context.Context, n int) error {
+	if err := v.hv.PlugVCPUs(ctx, v.spec.Name, n); err != nil {
+		return err
+	}
+	err := poll(ctx, vcpuOnlineTimeout, func() (bool, error) {
+		online, offline, err := v.guestVCPUs(ctx)
+		if err != nil {
+			return false, err
+		}
+		if len(online) == n {
+			return true, nil
+		}
+		var set []guestVCPU
+		for _, id := range offline {
+			if len(online)+len(set) < n {
+				set = append(set, guestVCPU{ID: id, Online: true})
+			}
+		}
+		for i := len(online) - 1; i >= 0 && len(online)-len(set) > n; i-- {
+			if online[i] != 0 { // the boot CPU cannot go
+				set = append(set, guestVCPU{ID: online[i], Online: false})
+			}
+		}
+		if len(set) > 0 {
+			var changed int
+			// A vCPU just plugged may not be in the guest yet: the agent
+			// then fails, and the next round tries again.
+			_ = v.machine.agent(ctx, "guest-set-vcpus", map[string]any{"vcpus": set}, &changed)
+		}
+		return false, nil
+	})
+	if errors.Is(err, errWaitedOut) {
+		online, _, _ := v.guestVCPUs(ctx)
+		return fmt.Errorf("resize %s to %d vCPUs: the guest has %d online after %v; the kubelet retries: %w",
+			v.spec.Name, n, len(online), vcpuOnlineTimeout, errdefs.ErrUnavailable)
+	}
+	return err
+}
+
+type guestVCPU struct {
+	ID     int  `json:"logical-id"`
+	Online bool `json:"online"`
+}
+
+// guestVCPUs asks the guest agent which vCPUs are online and which are
+// offline (and may come online), each sorted. An agent that does not
+// answer is FailedPrecondition: vCPUs change only with its help.
+func (v *VM) guestVCPUs(ctx context.Context) (online, offline []int, err error) {
+	var cpus []struct {
+		guestVCPU
+		CanOffline bool `json:"can-offline"`
+	}
+	if err := v.machine.agent(ctx, "guest-get-vcpus", nil, &cpus); err != nil {
+		if errdefs.IsUnavailable(err) || errdefs.IsFailedPrecondition(err) {
+			return nil, nil, fmt.Errorf("vCPUs of %s: the guest agent (qemu-ga) must bring vCPUs online or take them offline, and it does not answer: %w: %w",
+				v.spec.Name, errdefs.ErrFailedPrecondition, err)
+		}
+		return nil, nil, err
+	}
+	for _, c := range cpus {
+		if c.Online {
+			online = append(online, c.ID)
+		} else {
+			offline = append(offline, c.ID)
+		}
+	}
+	slices.Sort(online)
+	slices.Sort(offline)
+	return online, offline, nil
+}
+
+// errWaitedOut is poll's: its wait passed.
+var errWaitedOut = errors.New("waited out")
+
+// poll calls done every resizePoll until it reports true or an error, or
+// wait passes (errWaitedOut) or ctx ends.
+func poll(ctx context.Context, wait time.Duration, done func() (bool, error)) error {
+	deadline := time.Now().Add(wait)
+	for {
+		ok, err := done()
+		if err != nil || ok {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return errWaitedOut
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(resizePoll):
+		}
+	}
+}
