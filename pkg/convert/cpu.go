@@ -20,8 +20,12 @@ import (
 // is: nesting there is QEMU's own emulation, inside its jail.
 //
 // A VM that may grow (maxVCPUs above vcpus, vmpod.io/max-vcpus) is made
-// with room for maxVCPUs, of which vcpus are plugged at boot: the rest
-// are hot-plugged by a resize (pkg/vm).
+// with room for maxVCPUs. Under KVM vcpus of them are plugged at boot
+// and a resize hot-plugs the rest (pkg/vm). Under TCG all are plugged
+// at boot and the guest keeps all but vcpus offline (hotplugRoom): QEMU
+// 7.2 aborts when it adds a vCPU thread to TCG while every region of
+// its translation cache is in use (tcg_region_initial_alloc, seen on a
+// node), which a VM's code cache reaches in normal running.
 func cpu(d *libvirtxml.Domain, c vmspec.CPU, vcpus, maxVCPUs int, accel host.Accel, h host.Host) error {
 	top := max(vcpus, maxVCPUs)
 	if h.MaxVCPUs > 0 && top > h.MaxVCPUs {
@@ -32,7 +36,7 @@ func cpu(d *libvirtxml.Domain, c vmspec.CPU, vcpus, maxVCPUs int, accel host.Acc
 		return unsupported(field, fmt.Sprint(top), fmt.Sprintf("the node allows at most %d vCPUs", h.MaxVCPUs))
 	}
 	d.VCPU = &libvirtxml.DomainVCPU{Placement: "static", Value: uint(top)}
-	if top > vcpus {
+	if top > vcpus && accel == host.AccelKVM {
 		d.VCPU.Current = uint(vcpus)
 	}
 	dc := &libvirtxml.DomainCPU{

@@ -1,6 +1,7 @@
 package convert_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -42,9 +43,13 @@ func FuzzDomain(f *testing.F) {
 		if _, err := d.Marshal(); err != nil {
 			t.Fatalf("Marshal: %v", err)
 		}
+		// The vCPUs the guest boots with: those plugged under KVM, those
+		// the kernel command line brings up under TCG (all are plugged).
 		plugged := d.VCPU.Value
 		if d.VCPU.Current != 0 {
 			plugged = d.VCPU.Current
+		} else if d.OS != nil && strings.Contains(d.OS.Cmdline+" ", fmt.Sprintf(" maxcpus=%d ", s.VCPUs)) {
+			plugged = uint(s.VCPUs)
 		}
 		if d.Name != s.Name || plugged != uint(s.VCPUs) || d.VCPU.Value != uint(s.CeilingVCPUs()) ||
 			uint64(d.Memory.Value)<<10 != s.MemoryBytes {

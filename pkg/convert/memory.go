@@ -7,6 +7,7 @@ import (
 	"github.com/containerd/errdefs"
 	"libvirt.org/go/libvirtxml"
 
+	"github.com/vmpod/vmpod/pkg/host"
 	"github.com/vmpod/vmpod/pkg/vmspec"
 )
 
@@ -21,39 +22,55 @@ func memory(d *libvirtxml.Domain, bytes uint64) error {
 	return nil
 }
 
-// memoryHotplug gives a VM that may grow (vmpod.io/max-memory) room for
-// hotplugBytes more RAM in one virtio-mem device, none of it plugged at
-// boot: a resize asks the guest to take or give back blocks of it
-// (pkg/vm), and QEMU's memory follows without a balloon's guesswork.
-// libvirt puts memory devices on a NUMA node, so the guest gets one cell
-// with every vCPU and the boot RAM. The guest onlines what is plugged
-// only when told to: on direct kernel boot the command line says so,
-// movable so that it can be unplugged again; a disk-booted guest's own
-// kernel command line or udev must (docs/day2.md). Runs after cpu,
-// memory and boot.
-func memoryHotplug(d *libvirtxml.Domain, hotplugBytes uint64) error {
-	if hotplugBytes == 0 {
-		return nil
-	}
+// hotplugRoom readies the guest for a live resize within its maxima
+// (vmpod.io/max-vcpus, vmpod.io/max-memory); it runs after cpu, memory
+// and boot.
+//
+// Memory: room for hotplugBytes more RAM in one virtio-mem device, none
+// of it plugged at boot: a resize asks the guest to take or give back
+// blocks of it (pkg/vm), and QEMU's memory follows without a balloon's
+// guesswork. libvirt puts memory devices on a NUMA node, so the guest
+// gets one cell with every vCPU and the boot RAM. The guest onlines what
+// is plugged only when told to: on direct kernel boot the command line
+// says so, movable so that it can be unplugged again; a disk-booted
+// guest's own kernel command line or udev must (docs/day2.md).
+//
+// vCPUs under TCG, where cpu plugged them all: the kernel command line
+// brings up only vcpus of them (maxcpus), and the guest agent onlines
+// the others when a resize asks. A disk-booted guest takes no command
+// line from vmpod, so it would start with every vCPU online: refused.
+func hotplugRoom(d *libvirtxml.Domain, vcpus int, accel host.Accel, hotplugBytes uint64) error {
 	if d.CPU == nil || d.VCPU == nil || d.Memory == nil {
-		return fmt.Errorf("memory hotplug needs the cpu and memory steps first: %w", errdefs.ErrInternal)
+		return fmt.Errorf("hotplug room needs the cpu and memory steps first: %w", errdefs.ErrInternal)
 	}
-	base := d.Memory.Value
-	d.MaximumMemory = &libvirtxml.DomainMaxMemory{Value: base + uint(hotplugBytes>>10), Unit: "KiB", Slots: 1}
-	d.CPU.Numa = &libvirtxml.DomainNuma{Cell: []libvirtxml.DomainCell{{
-		ID: new(uint), CPUs: fmt.Sprintf("0-%d", d.VCPU.Value-1), Memory: base, Unit: "KiB",
-	}}}
-	devices(d).Memorydevs = append(devices(d).Memorydevs, libvirtxml.DomainMemorydev{
-		Model: "virtio-mem",
-		Target: &libvirtxml.DomainMemorydevTarget{
-			Size:      &libvirtxml.DomainMemorydevTargetSize{Value: uint(hotplugBytes >> 10), Unit: "KiB"},
-			Node:      &libvirtxml.DomainMemorydevTargetNode{Value: 0},
-			Block:     &libvirtxml.DomainMemorydevTargetBlock{Value: vmspec.MemoryBlockBytes >> 10, Unit: "KiB"},
-			Requested: &libvirtxml.DomainMemorydevTargetRequested{Value: 0, Unit: "KiB"},
-		},
-	})
-	if os := d.OS; os != nil && os.Kernel != "" {
-		os.Cmdline = strings.TrimSpace(os.Cmdline + " memhp_default_state=online_movable")
+	kernel := d.OS != nil && d.OS.Kernel != ""
+	var args []string
+	if int(d.VCPU.Value) > vcpus && d.VCPU.Current == 0 {
+		if !kernel {
+			return unsupported(vmspec.AnnotationMaxVCPUs, fmt.Sprint(d.VCPU.Value),
+				"under TCG the guest's extra vCPUs are kept offline through the kernel command line, and a disk-booted guest takes none from vmpod (QEMU 7.2 cannot hot-plug a vCPU under TCG); boot the image's kernel or run under KVM")
+		}
+		args = append(args, fmt.Sprintf("maxcpus=%d", vcpus))
+	}
+	if hotplugBytes > 0 {
+		base := d.Memory.Value
+		d.MaximumMemory = &libvirtxml.DomainMaxMemory{Value: base + uint(hotplugBytes>>10), Unit: "KiB", Slots: 1}
+		d.CPU.Numa = &libvirtxml.DomainNuma{Cell: []libvirtxml.DomainCell{{
+			ID: new(uint), CPUs: fmt.Sprintf("0-%d", d.VCPU.Value-1), Memory: base, Unit: "KiB",
+		}}}
+		devices(d).Memorydevs = append(devices(d).Memorydevs, libvirtxml.DomainMemorydev{
+			Model: "virtio-mem",
+			Target: &libvirtxml.DomainMemorydevTarget{
+				Size:      &libvirtxml.DomainMemorydevTargetSize{Value: uint(hotplugBytes >> 10), Unit: "KiB"},
+				Node:      &libvirtxml.DomainMemorydevTargetNode{Value: 0},
+				Block:     &libvirtxml.DomainMemorydevTargetBlock{Value: vmspec.MemoryBlockBytes >> 10, Unit: "KiB"},
+				Requested: &libvirtxml.DomainMemorydevTargetRequested{Value: 0, Unit: "KiB"},
+			},
+		})
+		args = append(args, "memhp_default_state=online_movable")
+	}
+	if kernel && len(args) > 0 {
+		d.OS.Cmdline = strings.TrimSpace(d.OS.Cmdline + " " + strings.Join(args, " "))
 	}
 	return nil
 }

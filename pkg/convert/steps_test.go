@@ -155,34 +155,48 @@ func TestSteps(t *testing.T) {
 			},
 		},
 		{
-			name: "cpu with room to grow plugs the current vCPUs of one socket of the maximum",
+			name: "cpu with room to grow under kvm plugs the current vCPUs of one socket of the maximum",
+			apply: func(d *libvirtxml.Domain) error {
+				return cpu(d, vmspec.CPU{Model: "host-model"}, 1, 4, host.AccelKVM, kvmHost)
+			},
+			want: libvirtxml.Domain{
+				VCPU: &libvirtxml.DomainVCPU{Placement: "static", Current: 1, Value: 4},
+				CPU: &libvirtxml.DomainCPU{Mode: "host-model", Features: noNesting,
+					Topology: &libvirtxml.DomainCPUTopology{Sockets: 1, Dies: 1, Cores: 4, Threads: 1}},
+			},
+		},
+		{
+			name: "cpu with room to grow under tcg plugs them all",
 			apply: func(d *libvirtxml.Domain) error {
 				return cpu(d, vmspec.CPU{Model: "auto"}, 1, 4, host.AccelTCG, tcgHost)
 			},
 			want: libvirtxml.Domain{
-				VCPU: &libvirtxml.DomainVCPU{Placement: "static", Current: 1, Value: 4},
+				VCPU: &libvirtxml.DomainVCPU{Placement: "static", Value: 4},
 				CPU:  &libvirtxml.DomainCPU{Topology: &libvirtxml.DomainCPUTopology{Sockets: 1, Dies: 1, Cores: 4, Threads: 1}},
 			},
 		},
 		{
-			name:  "memory hotplug without room adds nothing",
-			apply: func(d *libvirtxml.Domain) error { return memoryHotplug(d, 0) },
-			want:  libvirtxml.Domain{},
+			name: "hotplug room without room adds nothing",
+			apply: func(d *libvirtxml.Domain) error {
+				d.VCPU, d.CPU, d.Memory = &libvirtxml.DomainVCPU{Value: 1}, &libvirtxml.DomainCPU{}, &libvirtxml.DomainMemory{Value: 1}
+				return hotplugRoom(d, 1, host.AccelTCG, 0)
+			},
+			want: libvirtxml.Domain{VCPU: &libvirtxml.DomainVCPU{Value: 1}, CPU: &libvirtxml.DomainCPU{}, Memory: &libvirtxml.DomainMemory{Value: 1}},
 		},
 		{
-			name: "memory hotplug: a NUMA cell, maxMemory and an empty virtio-mem device; kernel told to online it",
+			name: "hotplug room under tcg: extra vCPUs offline, a NUMA cell, maxMemory and an empty virtio-mem device; kernel told to online it",
 			apply: func(d *libvirtxml.Domain) error {
 				d.VCPU = &libvirtxml.DomainVCPU{Value: 2}
 				d.CPU = &libvirtxml.DomainCPU{}
 				d.Memory = &libvirtxml.DomainMemory{Value: 262144, Unit: "KiB"}
 				d.OS = &libvirtxml.DomainOS{Kernel: "/k", Cmdline: "console=ttyS0"}
-				return memoryHotplug(d, 256<<20)
+				return hotplugRoom(d, 1, host.AccelTCG, 256<<20)
 			},
 			want: libvirtxml.Domain{
 				VCPU:          &libvirtxml.DomainVCPU{Value: 2},
 				Memory:        &libvirtxml.DomainMemory{Value: 262144, Unit: "KiB"},
 				MaximumMemory: &libvirtxml.DomainMaxMemory{Value: 524288, Unit: "KiB", Slots: 1},
-				OS:            &libvirtxml.DomainOS{Kernel: "/k", Cmdline: "console=ttyS0 memhp_default_state=online_movable"},
+				OS:            &libvirtxml.DomainOS{Kernel: "/k", Cmdline: "console=ttyS0 maxcpus=1 memhp_default_state=online_movable"},
 				CPU: &libvirtxml.DomainCPU{Numa: &libvirtxml.DomainNuma{Cell: []libvirtxml.DomainCell{
 					{ID: new(uint), CPUs: "0-1", Memory: 262144, Unit: "KiB"}}}},
 				Devices: &libvirtxml.DomainDeviceList{Memorydevs: []libvirtxml.DomainMemorydev{{
@@ -404,6 +418,11 @@ func TestStepErrors(t *testing.T) {
 			return cpu(d, vmspec.CPU{Model: "auto"}, 2, 300, host.AccelTCG, tcgHost)
 		},
 			errdefs.IsFailedPrecondition, `vmpod.io/max-vcpus: "300": the node allows at most 255 vCPUs`},
+		{"max-vcpus under tcg with disk boot", func(d *libvirtxml.Domain) error {
+			d.VCPU, d.CPU, d.Memory = &libvirtxml.DomainVCPU{Value: 4}, &libvirtxml.DomainCPU{}, &libvirtxml.DomainMemory{Value: 1}
+			return hotplugRoom(d, 2, host.AccelTCG, 0)
+		},
+			errdefs.IsFailedPrecondition, `vmpod.io/max-vcpus: "4": under TCG the guest's extra vCPUs are kept offline through the kernel command line`},
 		{"uefi without ovmf", func(d *libvirtxml.Domain) error {
 			return firmware(d, vmspec.FirmwareUEFI, bootDisk, host.Firmware{}, "/n")
 		},

@@ -147,9 +147,10 @@ func (v *VM) checkResize(cur, want Size) error {
 }
 
 // size is what the VM has now: the guest's RAM from the hypervisor, and
-// the vCPUs the guest has online from its agent (those plugged when it
-// has no agent). Read each time rather than remembered, so that it holds
-// after a daemon restart adopted the VM.
+// its vCPUs: those plugged, or, for a VM with room for more
+// (vmpod.io/max-vcpus), those its guest agent reports online, which
+// needs the agent. Read each time rather than remembered, so that it
+// holds after a daemon restart adopted the VM.
 func (v *VM) size(ctx context.Context) (Size, error) {
 	hs, err := v.hv.Size(ctx, v.spec.Name)
 	if err != nil {
@@ -160,9 +161,10 @@ func (v *VM) size(ctx context.Context) (Size, error) {
 		return s, nil
 	}
 	online, _, err := v.guestVCPUs(ctx)
-	if err == nil {
-		s.VCPUs = len(online)
+	if err != nil {
+		return Size{}, err
 	}
+	s.VCPUs = len(online)
 	return s, nil
 }
 

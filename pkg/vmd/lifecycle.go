@@ -406,17 +406,6 @@ func (s *Service) Update(ctx context.Context, id string, r *specs.LinuxResources
 	return s.withVM(id, func(_ *instance, v *vm.VM) error { return v.Update(ctx, r) })
 }
 
-// Size is what the running VM has now (vm.VM.Size).
-func (s *Service) Size(ctx context.Context, id string) (vm.Size, error) {
-	var sz vm.Size
-	err := s.withVM(id, func(_ *instance, v *vm.VM) error {
-		var err error
-		sz, err = v.Size(ctx)
-		return err
-	})
-	return sz, err
-}
-
 // Stats are the running VM's cgroup metrics (vm.VM.Stats) and when they
 // were read.
 func (s *Service) Stats(id string) (any, time.Time, error) {
