@@ -413,7 +413,7 @@ func decodeOutput(s string) ([]byte, bool, error) {
 func (m *Machine) agent(ctx context.Context, command string, args, ret any) error {
 	cmd, err := json.Marshal(struct {
 		Execute   string `json:"execute"`
-		Arguments any    `json:"arguments"`
+		Arguments any    `json:"arguments,omitempty"`
 	}{command, args})
 	if err != nil {
 		return fmt.Errorf("%s: %v: %w", command, err, errdefs.ErrInternal)

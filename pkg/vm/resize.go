@@ -141,7 +141,7 @@ func (v *VM) checkResize(cur, want Size) error {
 			want.MemoryBytes>>20, s.MemoryBytes>>20))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("resize %s: %w: %w", v.spec.Name, errdefs.ErrFailedPrecondition, err)
+		return fmt.Errorf("resize %s: %w: %v", v.spec.Name, errdefs.ErrFailedPrecondition, err)
 	}
 	return nil
 }
@@ -283,7 +283,7 @@ func (v *VM) guestVCPUs(ctx context.Context) (online, offline []int, err error) 
 	}
 	if err := v.machine.agent(ctx, "guest-get-vcpus", nil, &cpus); err != nil {
 		if errdefs.IsUnavailable(err) || errdefs.IsFailedPrecondition(err) {
-			return nil, nil, fmt.Errorf("vCPUs of %s: the guest agent (qemu-ga) must bring vCPUs online or take them offline, and it does not answer: %w: %w",
+			return nil, nil, fmt.Errorf("vCPUs of %s: the guest agent (qemu-ga) must bring vCPUs online or take them offline, and it does not answer: %w: %v",
 				v.spec.Name, errdefs.ErrFailedPrecondition, err)
 		}
 		return nil, nil, err
