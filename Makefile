@@ -96,7 +96,9 @@ fuzz:
 # (BenchmarkSchedulingThroughput: pods/s with the default plugins and with
 # VMPlacement on 1,000 and 5,000 nodes, their ratio, and the time per pod
 # of each extension point; docs/scheduler.md); then the pieces (converter,
-# jail, image intake, the overlay, exec through the guest agent).
+# jail, image intake, the overlay, exec through the guest agent); then day
+# 2 (BenchmarkResize: a live resize, Update to the guest having the new
+# vCPUs or RAM; docs/day2.md).
 bench: deps guest
 	@echo '== start'
 	$(GO) test -run '^$$' -bench BenchmarkStartPhases -benchtime 5x -timeout 20m ./pkg/shim
@@ -115,6 +117,8 @@ bench: deps guest
 	$(GO) test -run '^$$' -bench BenchmarkImageIntake -benchtime 20x ./pkg/vm
 	$(GO) test -run '^$$' -bench BenchmarkOverlay -benchtime 20x ./internal/qcow2
 	$(GO) test -run '^$$' -bench BenchmarkExec -benchtime 20x ./pkg/vm
+	@echo '== day 2'
+	$(GO) test -run '^$$' -bench BenchmarkResize -benchtime 5x -timeout 15m ./pkg/vm
 
 clean:
 	rm -rf $(OUT)/bin

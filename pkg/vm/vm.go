@@ -107,7 +107,7 @@ type VM struct {
 	held        Held
 	record      func(Held) error
 	resizing    sync.Mutex // held by Update
-	phases      Phases // of Create, before the Machine's
+	phases      Phases     // of Create, before the Machine's
 
 	// The pod's volumes: the jail (its file server uid), each share's
 	// host dir by tag, and the file servers Start started.

@@ -1,0 +1,193 @@
+package vm_test
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/vmpod/vmpod/pkg/host"
+	"github.com/vmpod/vmpod/pkg/podcgroup"
+	"github.com/vmpod/vmpod/pkg/vm"
+)
+
+// TestVMResize resizes the running test guest through VM.Update as both
+// front doors do: vCPUs 1 -> 2 -> 1 and memory 256 -> 512 -> 256 MiB,
+// the guest's nproc and MemTotal after each, QEMU's cgroup limit
+// following; what is beyond the maxima or below the boot memory is
+// refused and changes nothing; a shrink the guest cannot give (a process
+// in the guest holding the memory) ends in an error naming what the
+// guest kept, with QEMU alive and its limit above what it holds.
+func TestVMResize(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	v, req, h := startResizable(ctx, t)
+
+	guest := func() (int, int) {
+		t.Helper()
+		r, err := v.Exec(ctx, vm.ExecRequest{Args: []string{"sh", "-c", `echo $(nproc) $(sed -n 's/^MemTotal: *\([0-9]*\) kB/\1/p' /proc/meminfo)`}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := strings.Fields(string(r.Stdout))
+		if len(f) != 2 {
+			t.Fatalf("guest said %q", r.Stdout)
+		}
+		n, _ := strconv.Atoi(f[0])
+		kib, _ := strconv.Atoi(f[1])
+		return n, kib
+	}
+	qemuLimit := func() uint64 { return podcgroup.MemoryLimit(req.Cgroup.Dir) }
+	n, base := guest()
+	if n != 1 {
+		t.Fatalf("the guest boots with %d vCPUs online, want 1", n)
+	}
+	if got, want := qemuLimit(), vm.MemoryLimit(req.Spec, h); got != want {
+		t.Errorf("QEMU's memory limit at boot = %d, want %d", got, want)
+	}
+
+	for _, step := range []struct {
+		vcpus  int
+		memMiB int64
+	}{{2, 256}, {2, 512}, {1, 512}, {1, 256}} {
+		start := time.Now()
+		if err := v.Update(ctx, resources(step.vcpus, step.memMiB)); err != nil {
+			t.Fatalf("Update to %d vCPUs, %d MiB: %v", step.vcpus, step.memMiB, err)
+		}
+		took := time.Since(start)
+		// An offlined vCPU may show in nproc for a moment after the agent
+		// returned.
+		var n, kib int
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			if n, kib = guest(); n == step.vcpus || time.Now().After(deadline) {
+				break
+			}
+		}
+		wantKiB := base + int(step.memMiB-256)<<10
+		if n != step.vcpus || kib != wantKiB {
+			t.Errorf("after Update to %d vCPUs, %d MiB: the guest has %d vCPUs and %d KiB, want %d KiB", step.vcpus, step.memMiB, n, kib, wantKiB)
+		}
+		sz, err := v.Size(ctx)
+		if err != nil || sz.VCPUs != step.vcpus || sz.MemoryBytes != uint64(step.memMiB)<<20 {
+			t.Errorf("Size = %+v, %v; want %d vCPUs, %d MiB", sz, err, step.vcpus, step.memMiB)
+		}
+		sized := req.Spec
+		sized.MemoryBytes = uint64(step.memMiB) << 20
+		if want := vm.MemoryLimit(sized, h); qemuLimit() != want {
+			t.Errorf("QEMU's memory limit at %d MiB = %d, want %d", step.memMiB, qemuLimit(), want)
+		}
+		t.Logf("%d vCPUs, %d MiB: %v", step.vcpus, step.memMiB, took.Round(time.Millisecond))
+	}
+
+	for _, bad := range []struct {
+		vcpus  int
+		memMiB int64
+		want   string
+	}{
+		{3, 256, "above vmpod.io/max-vcpus=2"},
+		{1, 1024, "above vmpod.io/max-memory=512Mi"},
+		{1, 128, "below the 256Mi the VM booted with"},
+		{1, 257, "blocks of 2Mi"},
+	} {
+		err := v.Update(ctx, resources(bad.vcpus, bad.memMiB))
+		if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("Update to %d vCPUs, %d MiB: %v; want FailedPrecondition saying %q", bad.vcpus, bad.memMiB, err, bad.want)
+		}
+	}
+	if n, kib := guest(); n != 1 || kib != base {
+		t.Errorf("refused updates changed the guest: %d vCPUs, %d KiB", n, kib)
+	}
+
+	// The guest holds memory it got: the shrink gives back what it can.
+	if err := v.Update(ctx, resources(1, 512)); err != nil {
+		t.Fatal(err)
+	}
+	hold, err := v.Exec(ctx, vm.ExecRequest{Args: []string{"sh", "-c",
+		`mkdir -p /hold && mount -t tmpfs -o size=400m tmpfs /hold && dd if=/dev/zero of=/hold/f bs=1M count=300 2>&1 | tail -1`}})
+	if err != nil || hold.ExitCode != 0 {
+		t.Fatalf("filling the guest's memory: %v %+v", err, hold)
+	}
+	err = v.Update(ctx, resources(1, 256))
+	if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "gave back only part of it") {
+		t.Fatalf("a shrink the guest cannot give: %v; want Unavailable saying what it kept", err)
+	}
+	t.Logf("refused shrink: %v", err)
+	sz, err := v.Size(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := req.Spec
+	held.MemoryBytes = sz.MemoryBytes
+	if sz.MemoryBytes <= 256<<20 || qemuLimit() < vm.MemoryLimit(held, h) {
+		t.Errorf("after a partial shrink the guest has %d MiB and QEMU's limit is %d: want the limit to cover it", sz.MemoryBytes>>20, qemuLimit())
+	}
+	if _, err := v.Exec(ctx, vm.ExecRequest{Args: []string{"true"}}); err != nil {
+		t.Errorf("the guest does not answer after the refused shrink: %v", err)
+	}
+}
+
+// startResizable starts the test guest with room for 2 vCPUs and 512 MiB
+// (testdata/resizable-pod.yaml) and waits until it is ready.
+func startResizable(ctx context.Context, t testing.TB) (*vm.VM, vm.Request, host.Host) {
+	t.Helper()
+	rt, h, root := runtimeForTest(t)
+	dir, err := os.MkdirTemp(root, "pod-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec records
+	req := lifecycleRequest(t, "resizable-pod.yaml", "resize", dir, &rec)
+	req.Jail = jailForTest(t, root, dir)
+	v, err := vm.Create(ctx, req, func(context.Context) (vm.Env, error) { return vm.Env{Runtime: rt, Host: h}, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = v.Delete(context.Background()) })
+	if _, err := v.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	watchConsole(t, req.Layout.ConsoleLog()).waitFor(ctx, t, "VMPOD-GUEST: ready")
+	return v, req, h
+}
+
+// resources are a container's CPU limit of vcpus and memory limit of
+// memMiB, as the front doors pass them.
+func resources(vcpus int, memMiB int64) *specs.LinuxResources {
+	quota, period, limit := int64(vcpus)*100000, uint64(100000), memMiB<<20
+	return &specs.LinuxResources{CPU: &specs.LinuxCPU{Quota: &quota, Period: &period}, Memory: &specs.LinuxMemory{Limit: &limit}}
+}
+
+// BenchmarkResize: how long a live resize of the test guest takes, from
+// Update to the guest having the new size (Update returns only then):
+// a vCPU brought online and taken offline again, and 256 MiB plugged and
+// unplugged, under whatever accelerator the node has.
+func BenchmarkResize(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	v, _, _ := startResizable(ctx, b)
+	var steps = []struct {
+		name   string
+		vcpus  int
+		memMiB int64
+	}{{"vcpu-up", 2, 256}, {"vcpu-down", 1, 256}, {"mem-up", 1, 512}, {"mem-down", 1, 256}}
+	took := make([]time.Duration, len(steps))
+	b.ResetTimer()
+	for range b.N {
+		for i, s := range steps {
+			start := time.Now()
+			if err := v.Update(ctx, resources(s.vcpus, s.memMiB)); err != nil {
+				b.Fatalf("%s: %v", s.name, err)
+			}
+			took[i] += time.Since(start)
+		}
+	}
+	b.StopTimer()
+	for i, s := range steps {
+		b.ReportMetric(float64(took[i].Milliseconds())/float64(b.N), s.name+"-ms")
+	}
+}
