@@ -150,9 +150,11 @@
 //     _working_set_bytes, _rss; container_network_receive and
 //     _transmit_bytes_total under container "POD"), labelled as cAdvisor
 //     labels them, for a kubelet with PodAndContainerStatsFromCRI.
-//   - UpdateContainerResources through vm.Update: CPU shares and quota
-//     live; another memory limit, or a CPU limit above the vCPUs, is
-//     refused with FailedPrecondition saying to recreate the pod.
+//   - UpdateContainerResources through vm.Update: CPU shares and quota,
+//     and within the pod's maxima (vmpod.io/max-vcpus, max-memory) the
+//     guest's vCPUs and RAM, live; it returns once the VM has them, and
+//     ContainerStatus reports them. What the VM cannot become is refused
+//     with FailedPrecondition naming what to set (docs/day2.md).
 //   - A sandbox without cgroup_parent (critest sends none) gets a pod
 //     cgroup of vmpod's own, cgroupfs <--default-cgroup-parent, /vmpod>/
 //     pod<sandbox id>, without limits of its own (the VM's container

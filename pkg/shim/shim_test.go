@@ -263,8 +263,8 @@ func TestShimRunsVMPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := c.Update(ctx, &taskAPI.UpdateTaskRequest{ID: e.p.vmID, Resources: res}); err == nil ||
-		!strings.Contains(err.Error(), "memory cannot change") {
-		t.Errorf("Update memory error = %v, want a refusal", err)
+		!strings.Contains(err.Error(), "created without room to change it live; set vmpod.io/max-memory") {
+		t.Errorf("Update memory error = %v, want a refusal naming vmpod.io/max-memory", err)
 	}
 	// kubectl exec: a command in the guest, through the guest agent.
 	if out, errOut, status := execIn(t, ctx, c, e.p.vmID, "echo", []string{"echo", "hello"}, ""); out != "hello\n" || status != 0 {

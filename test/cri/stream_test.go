@@ -435,7 +435,8 @@ func (n *node) checkMetrics(id, podID string) {
 }
 
 // checkUpdate: crictl update --cpu-quota changes the VM's cgroup live; a
-// new memory limit is refused with what to do.
+// new memory limit for a VM created without room for it is refused with
+// what to do.
 func (n *node) checkUpdate(id, podID string) {
 	t := n.t
 	n.must("update", "--cpu-quota", "50000", id)
@@ -443,8 +444,8 @@ func (n *node) checkUpdate(id, podID string) {
 		t.Errorf("after crictl update --cpu-quota 50000 the VM's cgroup has quota %q", got)
 	}
 	_, err := n.crictlRun(time.Minute, "update", "--memory", fmt.Sprint(512<<20), id)
-	if err == nil || !strings.Contains(err.Error(), "recreate the pod") {
-		t.Errorf("crictl update --memory 512Mi: %v, want a refusal that says to recreate the pod", err)
+	if err == nil || !strings.Contains(err.Error(), "set vmpod.io/max-memory when the pod is created") {
+		t.Errorf("crictl update --memory 512Mi: %v, want a refusal that names vmpod.io/max-memory", err)
 	}
 }
 
