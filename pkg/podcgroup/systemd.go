@@ -93,19 +93,16 @@ func memoryProp(bytes uint64) systemd.Property {
 
 // setScopeMemory changes the scope's memory limit live.
 func setScopeMemory(unit string, bytes uint64) error {
-	ctx, cancel := context.WithTimeout(context.Background(), jobTimeout)
-	defer cancel()
-	conn, err := connect(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	return conn.SetUnitPropertiesContext(ctx, unit, true, memoryProp(bytes))
+	return setScopeProps(unit, memoryProp(bytes))
 }
 
 // setScopeCPU changes the scope's CPU weight (shares) and quota live.
 func setScopeCPU(unit string, cpu *specs.LinuxCPU) error {
-	props := cpuProps(cpu)
+	return setScopeProps(unit, cpuProps(cpu)...)
+}
+
+// setScopeProps sets properties of the scope, live and persistently.
+func setScopeProps(unit string, props ...systemd.Property) error {
 	if len(props) == 0 {
 		return nil
 	}
