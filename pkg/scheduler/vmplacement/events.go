@@ -9,6 +9,8 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/vmpod/vmpod/pkg/vmspec"
 )
 
 // EventsToRegister returns the cluster events after which a VM pod this
@@ -16,13 +18,16 @@ import (
 //
 //   - a node is added, or its labels (the labeller's view of what it can
 //     run) or its allocatable memory change;
-//   - a pod bound to a node is deleted, freeing memory;
+//   - a pod bound to a node is deleted, freeing memory, or is updated so
+//     that it takes less (an in-place resize of a VM pod applied: its
+//     status shows the smaller size);
 //   - the rejected pod itself is updated (its vmpod.io/ annotations are
 //     mutable, and may make an invalid VM valid or ask for less).
 func (pl *VMPlacement) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeLabel | fwk.UpdateNodeAllocatable}, QueueingHintFn: pl.isSchedulableAfterNodeChange},
 		{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterAssignedPodDelete},
+		{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Update}, QueueingHintFn: pl.isSchedulableAfterAssignedPodUpdate},
 		{Event: fwk.ClusterEvent{Resource: fwk.TargetPod, ActionType: fwk.Update}, QueueingHintFn: pl.isSchedulableAfterTargetPodUpdate},
 	}, nil
 }
@@ -74,6 +79,42 @@ func (pl *VMPlacement) isSchedulableAfterAssignedPodDelete(_ klog.Logger, pod *v
 		return fwk.QueueSkip, nil
 	}
 	return fwk.Queue, nil
+}
+
+// isSchedulableAfterAssignedPodUpdate queues a VM pod when a pod on a
+// node now takes less memory by this plugin's count, under either
+// accelerator: NodeResourcesFit's own scale-down event looks at requests,
+// and a VM pod's footprint follows its limits and status.
+func (pl *VMPlacement) isSchedulableAfterAssignedPodUpdate(_ klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+	oldPod, ok1 := oldObj.(*v1.Pod)
+	newPod, ok2 := newObj.(*v1.Pod)
+	if !ok1 || !ok2 {
+		return fwk.Queue, fmt.Errorf("want two *v1.Pod, got %T and %T", oldObj, newObj)
+	}
+	if !pl.isVMPod(pod) {
+		return fwk.QueueSkip, nil
+	}
+	for _, kvm := range []bool{false, true} {
+		if pl.takes(newPod, kvm) < pl.takes(oldPod, kvm) {
+			return fwk.Queue, nil
+		}
+	}
+	return fwk.QueueSkip, nil
+}
+
+// takes is the memory a pod on a node takes by this plugin's count: what
+// NodeResourcesFit counts, or a VM pod's footprint when that is more.
+func (pl *VMPlacement) takes(pod *v1.Pod, kvm bool) int64 {
+	counted := countedMemory(&framework.PodInfo{Pod: pod})
+	if !pl.isVMPod(pod) {
+		return counted
+	}
+	spec, err := vmspec.FromPod(pod)
+	if err != nil {
+		return counted
+	}
+	guest, vcpus := vmSize(pod, spec)
+	return max(counted, vmFootprint(guest, vcpus, len(spec.Shares), kvm))
 }
 
 // isSchedulableAfterTargetPodUpdate queues the pod when what the plugin

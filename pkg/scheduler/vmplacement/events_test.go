@@ -6,6 +6,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -36,6 +37,7 @@ func TestEventsToRegister(t *testing.T) {
 	want := []fwk.ClusterEvent{
 		{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeLabel | fwk.UpdateNodeAllocatable},
 		{Resource: fwk.AssignedPod, ActionType: fwk.Delete},
+		{Resource: fwk.AssignedPod, ActionType: fwk.Update},
 		{Resource: fwk.TargetPod, ActionType: fwk.Update},
 	}
 	less := func(a, b fwk.ClusterEvent) bool { return a.Label() < b.Label() }
@@ -50,6 +52,15 @@ func TestQueueingHints(t *testing.T) {
 	nodeEvent := h[fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeLabel | fwk.UpdateNodeAllocatable}]
 	podDelete := h[fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Delete}]
 	podUpdate := h[fwk.ClusterEvent{Resource: fwk.TargetPod, ActionType: fwk.Update}]
+	assignedUpdate := h[fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Update}]
+	// A VM pod on the node before and after a memory resize applied: its
+	// status shows what the VM has.
+	resized := func(mem string) *v1.Pod {
+		p := defaulted(vmspectest.MakePod("old").NodeName("n").Memory(mem).Annotation(vmspec.AnnotationMaxMemory, "1Gi").Obj())
+		p.Status.ContainerStatuses = []v1.ContainerStatus{{Name: "vm",
+			Resources: &v1.ResourceRequirements{Limits: v1.ResourceList{v1.ResourceMemory: resource.MustParse(mem)}}}}
+		return p
+	}
 
 	kvmPod := defaulted(vmspectest.MakePod("p").Annotation(vmspec.AnnotationAccel, "kvm").Obj())
 	tcgNode := makeNode("n").Obj()
@@ -74,6 +85,11 @@ func TestQueueingHints(t *testing.T) {
 		{name: "VM pod deleted", hint: podDelete, pod: kvmPod, old: defaulted(vmspectest.MakePod("old").NodeName("n").Obj()), want: fwk.Queue},
 		{name: "pod with memory deleted", hint: podDelete, pod: kvmPod, old: plainPod("old", "1Gi"), want: fwk.Queue},
 		{name: "pod without memory deleted", hint: podDelete, pod: kvmPod, old: plainPod("old", "0"), want: fwk.QueueSkip},
+
+		{name: "VM pod on the node shrunk", hint: assignedUpdate, pod: kvmPod, old: resized("512Mi"), new: resized("256Mi"), want: fwk.Queue},
+		{name: "VM pod on the node grew", hint: assignedUpdate, pod: kvmPod, old: resized("256Mi"), new: resized("512Mi"), want: fwk.QueueSkip},
+		{name: "pod on the node relabelled", hint: assignedUpdate, pod: kvmPod, old: resized("256Mi"), new: withLabel(resized("256Mi"), "team", "a"), want: fwk.QueueSkip},
+		{name: "pod on the node shrunk, pod not a VM pod", hint: assignedUpdate, pod: plainPod("p", "1Gi"), old: resized("512Mi"), new: resized("256Mi"), want: fwk.QueueSkip},
 
 		{
 			name: "accel annotation changed", hint: podUpdate, pod: kvmPod,

@@ -1,6 +1,7 @@
 package vmplacement
 
 import (
+	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/vmpod/vmpod/pkg/vmspec"
@@ -9,7 +10,7 @@ import (
 // Memory, as this plugin counts it (docs/scheduler.md):
 //
 //	counted(p)   = p's memory requests + p.spec.overhead   (what NodeResourcesFit counts)
-//	footprint(p) = guest RAM (limits.memory) + vmspec overhead(guest RAM, vCPUs, accelerator)
+//	footprint(p) = guest RAM + vmspec overhead(guest RAM, vCPUs, accelerator)
 //	               + vmspec shares' overhead(guest RAM, shares)         (its file servers, shared guest RAM)
 //	extra(p)     = max(0, footprint(p) - counted(p))        for a VM pod, 0 for any other pod
 //
@@ -17,8 +18,10 @@ import (
 //
 //	allocatable - Σ counted(pods on node) - Σ extra(pods on node) >= max(counted(pod), footprint(pod)).
 //
-// NodeResourcesFit still checks requests alone; this is the stricter check
-// on top, never a second count of the same bytes.
+// Guest RAM is limits.memory, or what the pod's status says the VM has
+// when that is more (a resize not yet applied); vCPUs are the most the VM
+// may have (vmSize). NodeResourcesFit still checks requests alone; this is
+// the stricter check on top, never a second count of the same bytes.
 
 // vmFootprint is guest RAM plus vmspec's overhead model, the VM's shares'
 // part included (Overhead.PodBytes): what its pod cgroup holds.
@@ -45,6 +48,25 @@ func (pl *VMPlacement) podExtra(pi fwk.PodInfo, c *caps) int64 {
 	if err != nil {
 		return 0
 	}
-	fp := vmFootprint(int64(spec.MemoryBytes), spec.VCPUs, len(spec.Shares), c.runsUnderKVM(spec.Accel))
+	guest, vcpus := vmSize(pod, spec)
+	fp := vmFootprint(guest, vcpus, len(spec.Shares), c.runsUnderKVM(spec.Accel))
 	return max(0, subSat(fp, countedMemory(pi)))
+}
+
+// vmSize is the size a VM pod is counted at: the guest RAM of the larger
+// of what its spec asks for and what its status says the VM has (an
+// in-place resize the kubelet has not applied yet, either way: a
+// shrink the guest has not given back must still be counted), and the
+// most vCPUs it may have (vmpod.io/max-vcpus), whose threads QEMU may
+// hold; as pkg/vm sets QEMU's memory limit.
+func vmSize(pod *v1.Pod, spec vmspec.Spec) (guestBytes int64, vcpus int) {
+	guestBytes = int64(spec.MemoryBytes)
+	if cs := pod.Status.ContainerStatuses; len(cs) > 0 && cs[0].Resources != nil {
+		if q, ok := cs[0].Resources.Limits[v1.ResourceMemory]; ok {
+			if b, ok := q.AsInt64(); ok && b > 0 {
+				guestBytes = max(guestBytes, b&^(1<<20-1))
+			}
+		}
+	}
+	return guestBytes, spec.CeilingVCPUs()
 }

@@ -3,7 +3,11 @@ package vmplacement
 import (
 	"testing"
 
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"github.com/vmpod/vmpod/pkg/vmspec"
+	. "github.com/vmpod/vmpod/pkg/vmspec/vmspectest"
 )
 
 // TestFootprintCountsShares: a VM's virtio-fs shares add vmspec's shares'
@@ -19,6 +23,35 @@ func TestFootprintCountsShares(t *testing.T) {
 		want := alone + int64(vmspec.SharesOverheadBytes(uint64(guest), 3))
 		if got := vmFootprint(guest, 1, 3, kvm); got != want || got <= alone {
 			t.Errorf("kvm=%v: footprint with 3 shares %d MiB, want %d MiB", kvm, got>>20, want>>20)
+		}
+	}
+}
+
+// TestVMSizeFollowsResize: a VM pod is counted at the larger of the guest
+// RAM its spec asks for and the RAM its status says the VM has, so a
+// shrink not applied yet is still counted; and at its most vCPUs.
+func TestVMSizeFollowsResize(t *testing.T) {
+	pod := MakePod("vm").CPU("1").Memory("256Mi").
+		Annotation(vmspec.AnnotationMaxVCPUs, "4").Annotation(vmspec.AnnotationMaxMemory, "1Gi").Obj()
+	spec, err := vmspec.FromPod(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := func(mem string) {
+		pod.Status.ContainerStatuses = []v1.ContainerStatus{{Name: "vm",
+			Resources: &v1.ResourceRequirements{Limits: v1.ResourceList{v1.ResourceMemory: resource.MustParse(mem)}}}}
+	}
+	for _, tc := range []struct {
+		status string // "" for none yet
+		want   int64
+	}{{"", 256 << 20}, {"512Mi", 512 << 20}, {"128Mi", 256 << 20}} {
+		pod.Status.ContainerStatuses = nil
+		if tc.status != "" {
+			status(tc.status)
+		}
+		guest, vcpus := vmSize(pod, spec)
+		if guest != tc.want || vcpus != 4 {
+			t.Errorf("status %q: counted at %d MiB and %d vCPUs, want %d MiB and 4", tc.status, guest>>20, vcpus, tc.want>>20)
 		}
 	}
 }

@@ -115,7 +115,7 @@ func (pl *VMPlacement) needsFor(pod *v1.Pod) (*needs, *fwk.Status) {
 		CPUFeatures:  spec.CPU.Features,
 		UEFI:         spec.Firmware == vmspec.FirmwareUEFI,
 		Machine:      spec.Machine,
-		VCPUs:        spec.VCPUs,
+		VCPUs:        spec.CeilingVCPUs(),
 		GuestBytes:   int64(spec.MemoryBytes),
 		Shares:       len(spec.Shares),
 		CountedBytes: countedMemory(&framework.PodInfo{Pod: pod}),

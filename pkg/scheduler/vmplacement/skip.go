@@ -125,9 +125,9 @@ func (pl *VMPlacement) mayTakeExtra(pod *v1.Pod) bool {
 		return false
 	}
 	counted := countedMemory(&framework.PodInfo{Pod: pod})
-	guest := int64(spec.MemoryBytes)
+	guest, vcpus := vmSize(pod, spec)
 	shares := len(spec.Shares)
-	return vmFootprint(guest, spec.VCPUs, shares, true) > counted || vmFootprint(guest, spec.VCPUs, shares, false) > counted
+	return vmFootprint(guest, vcpus, shares, true) > counted || vmFootprint(guest, vcpus, shares, false) > counted
 }
 
 // filterAddsNothing reports whether Filter would add nothing to
