@@ -29,6 +29,7 @@ func (s *Server) StartContainer(ctx context.Context, r *runtimeapi.StartContaine
 	}
 	defer c.End()
 	if _, err := s.vms.Start(ctx, c.id); err != nil {
+		s.startFailed(ctx, c, err)
 		return nil, err
 	}
 	if err := c.Update(func(r *containerRecord) error {
@@ -40,6 +41,35 @@ func (s *Server) StartContainer(ctx context.Context, r *runtimeapi.StartContaine
 	s.watch(c)
 	return &runtimeapi.StartContainerResponse{}, nil
 }
+
+// startFailed records a start that failed as the container's exit, as
+// containerd does (exit code 128, reason StartError, the error as the
+// message): the kubelet then makes a new container for the pod, where a
+// container left created would stand in the way of it (a VM pod has one
+// container at a time). The VM's node resources go now, as a stopped
+// VM's do, rather than at RemoveContainer.
+func (s *Server) startFailed(ctx context.Context, c *container, startErr error) {
+	ctx = context.WithoutCancel(ctx)
+	if err := s.vms.Remove(ctx, c.id); err != nil && !errdefs.IsNotFound(err) {
+		log.G(ctx).WithError(err).Errorf("container %s: forget the VM that did not start", c.id)
+	}
+	if c.log != nil {
+		c.log.Close()
+	}
+	if err := c.Update(func(r *containerRecord) error {
+		r.State, r.FinishedAt = containerExited, time.Now().UnixNano()
+		r.ExitCode, r.Reason, r.Message = startErrorExitCode, startErrorReason, startErr.Error()
+		return nil
+	}); err != nil {
+		log.G(ctx).WithError(err).Errorf("container %s: record its failed start", c.id)
+	}
+}
+
+// The exit a failed start records, as containerd's CRI records it.
+const (
+	startErrorExitCode = 128
+	startErrorReason   = "StartError"
+)
 
 // watch waits, in the background, for the running container's VM to stop.
 func (s *Server) watch(c *container) {

@@ -71,7 +71,9 @@
 //   - CreateContainer (the CRI config turned into the OCI spec containerd
 //     would write, then vmspec.FromOCI, so both front doors read a pod
 //     alike; the VM service's Create, on a thread in the pod netns),
-//     StartContainer (its Start, there too), StopContainer (ACPI, pressed again every 5 s
+//     StartContainer (its Start, there too; a start that fails ends the
+//     container with 128 and reason StartError, as containerd does, and its
+//     VM goes), StopContainer (ACPI, pressed again every 5 s
 //     for a guest still booting, hard stop after the timeout),
 //     RemoveContainer, ContainerStatus (with the container's mounts, an
 //     image volume's with its image_ref), ListContainers,

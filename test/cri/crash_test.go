@@ -1,6 +1,8 @@
 package cri_test
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,7 +16,8 @@ import (
 // log keeps the panic and ends with a line saying so. The kubelet's
 // restart (the next attempt, as a new container) boots again, and a QEMU
 // then killed with SIGKILL ends that one with 137 and reason QEMUKilled,
-// the signal named in the message.
+// the signal named in the message. Between the two, an attempt whose start
+// fails ends with 128 and reason StartError, as on containerd.
 func TestCrictlGuestPanics(t *testing.T) {
 	n := newNode(t)
 	ref := n.serveImage()
@@ -39,7 +42,30 @@ func TestCrictlGuestPanics(t *testing.T) {
 		t.Errorf("last log line %q, want %q", got, want)
 	}
 
-	again := n.ctrConfig("vm-again.json", ref, 1, nil)
+	// A start that fails (its disk overlay gone between create and start)
+	// ends the container as containerd's CRI ends one: exit 128, reason
+	// StartError, the error as the message; nothing of its VM stays, and
+	// the next attempt is not refused for it.
+	failing := n.ctrConfig("vm-fail.json", ref, 1, nil)
+	idFail := strings.TrimSpace(n.must("create", podID, failing, podCfg))
+	overlays, _ := filepath.Glob(filepath.Join(n.state, "pods", "*", "vm", "disk.qcow2"))
+	if len(overlays) != 1 {
+		t.Fatalf("disk overlays of the created VM: %v, want one", overlays)
+	}
+	if err := os.Remove(overlays[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.crictlRun(time.Minute, "start", idFail); err == nil {
+		t.Fatal("a VM without its disk overlay started")
+	}
+	if st := n.inspect(idFail); st.State != "CONTAINER_EXITED" || st.ExitCode != 128 || st.Reason != "StartError" || st.Message == "" {
+		t.Errorf("after a failed start: %+v, want exited, 128, StartError with the error", st)
+	}
+	if left, _ := filepath.Glob(filepath.Join(n.state, "pods", "*", "vm")); len(left) != 0 {
+		t.Errorf("the VM that did not start left %v", left)
+	}
+
+	again := n.ctrConfig("vm-again.json", ref, 2, nil)
 	id2 := strings.TrimSpace(n.must("create", podID, again, podCfg))
 	n.must("start", id2)
 	n.waitLogs(id2, "VMPOD-GUEST: init", 3*time.Minute)
@@ -60,7 +86,7 @@ func TestCrictlGuestPanics(t *testing.T) {
 		t.Errorf("the panicked attempt's log lost its panic:\n%s", logs)
 	}
 
-	n.must("rm", id, id2)
+	n.must("rm", id, idFail, id2)
 	n.must("stopp", podID)
 	n.must("rmp", podID)
 	n.must("rmi", ref)
