@@ -11,6 +11,13 @@
 // Stop with grace, Kill, Exec through the guest agent, the console,
 // Stats, Update, Delete.
 //
+// Update (resize.go) resizes the running VM within the maxima it was
+// created with (vmpod.io/max-vcpus, vmpod.io/max-memory): vCPUs plugged
+// and brought online or taken offline by the guest agent, RAM through the
+// VM's virtio-mem device, QEMU's cgroup limits following; it returns only
+// when the VM has the new size, reading it from the hypervisor and the
+// agent each time so that it holds for an adopted VM too.
+//
 // The file servers (shares.go) run as a second uid of the pod's, leased
 // when the first starts, in a cgroup beside QEMU's under the pod's; each
 // ends by itself when QEMU goes, and one that fails while the VM runs
