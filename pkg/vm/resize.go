@@ -18,7 +18,7 @@ import (
 // and the guest plugs virtio-mem blocks as fast as it can online them.
 // A shrink waits less: memory the guest cannot free does not come free
 // by waiting, and the kubelet retries.
-var (
+const (
 	resizePoll         = 250 * time.Millisecond
 	vcpuOnlineTimeout  = 30 * time.Second
 	memoryGrowTimeout  = 60 * time.Second
