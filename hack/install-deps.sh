@@ -8,6 +8,10 @@ packages=(
   gcc make pkg-config libvirt-dev
   # the embedded QEMU driver, virt-xml-validate, QEMU itself
   libvirt-daemon-driver-qemu libvirt-clients libxml2-utils qemu-system-x86 qemu-utils qemu-system-data ovmf
+  # what libvirt's checkpoints and restores need in the embedded driver: its
+  # iohelper (writes a domain's memory) and storage-file module (a snapshot's
+  # new disk layer); nothing of it starts (no units, no maintainer scripts)
+  libvirt-daemon
   # test guest: busybox initramfs, kernel extraction, disk image
   busybox-static cpio xz-utils zstd e2fsprogs kmod socat
   # the shared libraries of the test guest's QEMU guest agent (build.sh

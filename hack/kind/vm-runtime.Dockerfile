@@ -23,7 +23,7 @@ FROM debian:${DEBIAN}-slim
 # libvirt-qemu user at start although vmpod runs QEMU as root; Debian makes
 # it in libvirt-daemon-system, which would bring a libvirtd vmpod never uses.
 RUN apt-get update && apt-get install -y --no-install-recommends \
-        libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils util-linux ca-certificates \
+        libvirt-daemon-driver-qemu libvirt-daemon qemu-system-x86 qemu-utils util-linux ca-certificates \
     && rm -rf /var/lib/apt/lists/* \
     && (getent group libvirt-qemu || groupadd --system libvirt-qemu) \
     && (getent passwd libvirt-qemu || useradd --system --no-create-home --home-dir /var/lib/libvirt \

@@ -6,7 +6,7 @@
 ARG BASE=localhost/vmpod/kind-base:bookworm
 FROM ${BASE}
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils util-linux ca-certificates \
+        libvirt-daemon-driver-qemu libvirt-daemon qemu-system-x86 qemu-utils util-linux ca-certificates \
     && rm -rf /var/lib/apt/lists/* \
     && (getent group libvirt-qemu || groupadd --system libvirt-qemu) \
     && (getent passwd libvirt-qemu || useradd --system --no-create-home --home-dir /var/lib/libvirt \

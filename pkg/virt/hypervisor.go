@@ -65,6 +65,40 @@ type Hypervisor interface {
 	// is not running.
 	RequestHotplugMemory(ctx context.Context, name string, bytes uint64) error
 
+	// Snapshot captures a running or paused domain without stopping it:
+	// its memory goes to req.StateFile (a save image, which Restore
+	// starts a domain from), and its disk on req.Disk, frozen, stops
+	// taking writes, which go to req.Top from then on. The caller makes
+	// Top, a qcow2 over Disk, where the domain's emulator can open it,
+	// copies the frozen Disk, and has CommitTop fold Top back into it.
+	// Every other disk is left as it is and not captured. The domain is
+	// left paused, on error too: the caller resumes it (its disks take
+	// writes again only then). FailedPrecondition when it is not running
+	// or cannot be captured (a device whose state cannot be saved, a
+	// block job on the disk), with the hypervisor's reason.
+	Snapshot(ctx context.Context, name string, req SnapshotRequest) error
+
+	// CommitTop merges top, the active layer of a running domain's disk
+	// (a Snapshot's Top), into the file below it, which then takes the
+	// writes again, and returns when top is out of use: the caller
+	// removes it. It waits for the merge, bounded by ctx; cancelled, the
+	// disk stays on top.
+	CommitTop(ctx context.Context, name, top string) error
+
+	// SavedDefinition is the domain XML a state file (Snapshot's
+	// StateFile) was saved with, as the hypervisor reads it. The file is
+	// read by the hypervisor: give it only files this node wrote or
+	// checked. InvalidArgument when it is not a state file.
+	SavedDefinition(ctx context.Context, file string) (string, error)
+
+	// Restore starts the defined, stopped domain name from a state file
+	// instead of booting it, with its vCPUs stopped (Resume runs them).
+	// The definition must describe the same virtual hardware the state
+	// was saved from (SavedDefinition); only where things are on the
+	// host may differ. InvalidArgument when it does not, or the file is
+	// not a whole state file; FailedPrecondition when the domain runs.
+	Restore(ctx context.Context, name, file string) error
+
 	// Shutdown presses the ACPI power button and returns; the guest decides
 	// whether and when it powers off (watch Events or Info).
 	// FailedPrecondition if not running.
@@ -111,6 +145,18 @@ type Hypervisor interface {
 	// Close releases the connection. Running domains keep running; a new
 	// connection to the same place re-attaches to them.
 	Close() error
+}
+
+// SnapshotRequest is what Snapshot captures, and where.
+type SnapshotRequest struct {
+	// StateFile receives the memory; it must not exist.
+	StateFile string
+	// Disk is the file of the disk captured (the disk's active layer);
+	// "" captures memory only.
+	Disk string
+	// Top is an empty qcow2 whose backing file is the disk's file: the
+	// disk's writes go there from the snapshot on.
+	Top string
 }
 
 // StartOptions tune Start.

@@ -8,7 +8,7 @@
 set -eu
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-apt-get install -y -qq --no-install-recommends libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils >/dev/null
+apt-get install -y -qq --no-install-recommends libvirt-daemon-driver-qemu libvirt-daemon qemu-system-x86 qemu-utils >/dev/null
 rm -rf /var/lib/apt/lists/*
 getent group libvirt-qemu >/dev/null || groupadd --system libvirt-qemu
 getent passwd libvirt-qemu >/dev/null || useradd --system --no-create-home --home-dir /var/lib/libvirt \

@@ -135,6 +135,7 @@ func OpenEmbedded(ctx context.Context, root string, opts EmbedOptions) (_ *Conn,
 		}
 	}
 
+	alignModuleTimes()
 	if _, err := maskCaps(capsDir); err != nil {
 		return nil, fmt.Errorf("capabilities cache: %w: %v", errdefs.ErrInternal, err)
 	}
@@ -269,11 +270,20 @@ func onOneCPU(f func() error) error {
 
 // ColdCache says the capabilities cache at dir (EmbedOptions.CacheDir)
 // lacks what an open with these Emulators needs: it has no entry at all,
-// or none for one of emulators (libvirt names an entry after the SHA-256
-// of the emulator's path), so the open will probe QEMU for seconds.
+// none for one of emulators (libvirt names an entry after the SHA-256 of
+// the emulator's path), or one another build of libvirt probed, so the
+// open will probe QEMU for seconds. It first steadies libvirt's age
+// (alignModuleTimes), which the entries are checked against.
 func ColdCache(dir string, emulators []string) bool {
-	if entries, _ := filepath.Glob(filepath.Join(dir, "*.xml")); len(entries) == 0 {
+	alignModuleTimes()
+	entries, _ := filepath.Glob(filepath.Join(dir, "*.xml"))
+	if len(entries) == 0 {
 		return true
+	}
+	for _, e := range entries {
+		if data, err := os.ReadFile(e); err != nil || staleEntry(data) {
+			return true
+		}
 	}
 	for _, e := range emulators {
 		sum := sha256.Sum256([]byte(e))

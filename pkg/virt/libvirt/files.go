@@ -6,6 +6,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // copyCaps copies libvirt's QEMU capabilities files (*.xml) from src to
@@ -125,4 +130,112 @@ func writeFileAtomic(path string, data []byte, perm os.FileMode) (retErr error) 
 		return err
 	}
 	return os.Rename(f.Name(), path)
+}
+
+// libvirt's loadable modules that the embedded QEMU driver uses: the
+// driver itself, loaded at open, and the storage-file backend for local
+// files (Debian's libvirt-daemon), loaded at the first domain start and
+// needed by snapshots and restores. LIBVIRT_DRIVER_DIR and
+// LIBVIRT_STORAGE_FILE_DIR move them, as they move them for libvirt.
+const (
+	qemuModule        = "libvirt_driver_qemu.so"
+	storageFileModule = "libvirt_storage_file_fs.so"
+)
+
+// modulePaths are the paths of the QEMU driver and storage-file modules
+// of the libvirt this process links, found next to libvirt.so in
+// /proc/self/maps; "" where unknown.
+func modulePaths() (qemu, storage string) {
+	lib := linkedLibvirtDir()
+	qemuDir, storageDir := os.Getenv("LIBVIRT_DRIVER_DIR"), os.Getenv("LIBVIRT_STORAGE_FILE_DIR")
+	if qemuDir == "" && lib != "" {
+		qemuDir = filepath.Join(lib, "libvirt", "connection-driver")
+	}
+	if storageDir == "" && lib != "" {
+		storageDir = filepath.Join(lib, "libvirt", "storage-file")
+	}
+	if qemuDir != "" {
+		qemu = filepath.Join(qemuDir, qemuModule)
+	}
+	if storageDir != "" {
+		storage = filepath.Join(storageDir, storageFileModule)
+	}
+	return qemu, storage
+}
+
+// linkedLibvirtDir is the dir of the libvirt.so.0 mapped into this process.
+func linkedLibvirtDir() string {
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		return ""
+	}
+	for _, line := range bytes.Split(maps, []byte("\n")) {
+		f := bytes.Fields(line)
+		if len(f) < 6 {
+			continue
+		}
+		if p := string(f[len(f)-1]); strings.HasPrefix(filepath.Base(p), "libvirt.so.0") {
+			return filepath.Dir(p)
+		}
+	}
+	return ""
+}
+
+// alignModuleTimes keeps libvirt's idea of its own age steady for the life
+// of a process. libvirt takes the newest ctime among the modules it loaded
+// as its own, and finds its QEMU capabilities cache stale whenever that
+// value differs from the one an entry was probed with: it then probes QEMU
+// again, for seconds, in the process that asked, and writes back the flag
+// maskCaps takes out (every later start in that process pays ~400
+// qom-gets). The QEMU module is loaded at open, the storage-file module at
+// the first domain start; when the storage module is the newer (libvirt-
+// daemon installed or upgraded after libvirt-daemon-driver-qemu), that
+// first start would make the cache stale mid-process. So the QEMU module's
+// ctime is moved to now, its content and times left as they are, and libvirt's
+// age is the QEMU module's before and after the storage module loads.
+// Needs root; it does nothing when the storage module is not the newer
+// or either is missing, and a failure only costs a probe.
+func alignModuleTimes() {
+	qemu, storage := modulePaths()
+	if qemu == "" || storage == "" {
+		return
+	}
+	var q, s unix.Stat_t
+	if unix.Stat(qemu, &q) != nil || unix.Stat(storage, &s) != nil {
+		return
+	}
+	if s.Ctim.Sec <= q.Ctim.Sec { // libvirt keeps seconds
+		return
+	}
+	ts := []unix.Timespec{q.Atim, q.Mtim}
+	_ = unix.UtimesNano(qemu, ts)
+}
+
+// moduleCtime is the ctime of libvirt's QEMU module in the form libvirt
+// records it in a capabilities cache entry (<selfctime>, seconds), 0 when
+// unknown.
+func moduleCtime() int64 {
+	qemu, _ := modulePaths()
+	var st unix.Stat_t
+	if qemu == "" || unix.Stat(qemu, &st) != nil {
+		return 0
+	}
+	return st.Ctim.Sec
+}
+
+// selfCtimeRE finds what a capabilities cache entry says libvirt's age was
+// when it was probed.
+var selfCtimeRE = regexp.MustCompile(`<selfctime>([0-9]+)</selfctime>`)
+
+// staleEntry says the capabilities cache entry data was probed by another
+// build of libvirt's QEMU module than the one this process will load
+// (libvirt's age, moduleCtime, differs), so libvirt will probe again.
+func staleEntry(data []byte) bool {
+	now := moduleCtime()
+	m := selfCtimeRE.FindSubmatch(data)
+	if now == 0 || m == nil {
+		return false // libvirt decides
+	}
+	was, err := strconv.ParseInt(string(m[1]), 10, 64)
+	return err == nil && was != now
 }
