@@ -441,6 +441,14 @@ func (v *VM) PressUntilStopped(ctx context.Context) (Exit, error) {
 	return pressUntilStopped(ctx, v.Shutdown, v.Wait)
 }
 
+// PID is QEMU's process id, 0 when the VM does not run.
+func (v *VM) PID(ctx context.Context) (int, error) {
+	if v.machine == nil {
+		return 0, nil
+	}
+	return v.machine.PID(ctx)
+}
+
 // Suspend stops the guest's vCPUs; Resume lets them run again.
 func (v *VM) Suspend(ctx context.Context) error { return v.machine.Suspend(ctx) }
 

@@ -139,8 +139,13 @@ func (c *Conn) CommitTop(ctx context.Context, name, top string) error {
 			return classify(err, what)
 		case info.Type == 0:
 			return fmt.Errorf("%s: %w: the job ended before it was ready (QEMU's log may say why)", what, errdefs.ErrInternal)
-		case info.End > 0 && info.Cur == info.End: // ready: libvirt holds cur below end until QEMU says so
-			return classify(d.BlockJobAbort(target, lv.DOMAIN_BLOCK_JOB_ABORT_PIVOT), what)
+		case info.End > 0 && info.Cur == info.End:
+			// All copied; the pivot waits for QEMU's word that the job is
+			// ready, which reaches libvirt as an event, a moment later.
+			err := d.BlockJobAbort(target, lv.DOMAIN_BLOCK_JOB_ABORT_PIVOT)
+			if code(err) != lv.ERR_BLOCK_COPY_ACTIVE {
+				return classify(err, what)
+			}
 		}
 		select {
 		case <-ctx.Done():
