@@ -56,17 +56,19 @@ func guestSh(ctx context.Context, t testing.TB, v *vm.VM, script string) string 
 }
 
 // startCounter starts a counter in the guest that counts every 100 ms
-// into /run/counter, and returns a reader of it.
-func startCounter(ctx context.Context, t testing.TB, v *vm.VM) func() int {
+// into /run/counter (readCounter).
+func startCounter(ctx context.Context, t testing.TB, v *vm.VM) {
 	guestSh(ctx, t, v, `setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /run/counter; sleep 0.1; done' </dev/null >/dev/null 2>&1 &`)
-	return func() int {
-		t.Helper()
-		n, err := strconv.Atoi(guestSh(ctx, t, v, `cat /run/counter`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
+}
+
+// readCounter reads the counter startCounter runs in a guest.
+func readCounter(ctx context.Context, t testing.TB, v *vm.VM) int {
+	t.Helper()
+	n, err := strconv.Atoi(guestSh(ctx, t, v, `cat /run/counter`))
+	if err != nil {
+		t.Fatal(err)
 	}
+	return n
 }
 
 // TestVMCheckpoint checkpoints the running test guest and lets it run on:
@@ -82,7 +84,8 @@ func TestVMCheckpoint(t *testing.T) {
 	v, req := startPlain(ctx, t, "checkpoint")
 	l := req.Layout
 	guestSh(ctx, t, v, `echo before > /mnt/before && sync`)
-	counter := startCounter(ctx, t, v)
+	startCounter(ctx, t, v)
+	counter := func() int { return readCounter(ctx, t, v) }
 	info, err := v.PID(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -175,5 +178,220 @@ func TestVMCheckpoint(t *testing.T) {
 	}
 	if e, _ := os.ReadDir(fresh); len(e) != 0 {
 		t.Errorf("a refused checkpoint left %v", e)
+	}
+}
+
+// newVM creates (not starts) a VM of the test guest in a fresh pod dir;
+// edit changes its request first.
+func newVM(ctx context.Context, t testing.TB, name string, edit func(*vm.Request)) (*vm.VM, vm.Request, error) {
+	t.Helper()
+	rt, h, root := runtimeForTest(t)
+	dir, err := os.MkdirTemp(root, "pod-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec records
+	req := lifecycleRequest(t, "boot-pod.yaml", name, dir, &rec)
+	req.Jail = jailForTest(t, root, dir)
+	if edit != nil {
+		edit(&req)
+	}
+	v, err := vm.Create(ctx, req, func(context.Context) (vm.Env, error) { return vm.Env{Runtime: rt, Host: h}, nil })
+	if err == nil {
+		t.Cleanup(func() { _ = v.Delete(context.Background()) })
+	}
+	return v, req, err
+}
+
+// copyDir copies the flat checkpoint dir src to a new temp dir.
+func copyDir(t testing.TB, src string) string {
+	t.Helper()
+	dst := t.TempDir()
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dst
+}
+
+// resum rewrites a checkpoint's manifest with its files' sums as they
+// are now: a checkpoint whose damage the sums do not catch.
+func resum(t testing.TB, dir string) {
+	t.Helper()
+	p := filepath.Join(dir, vm.CheckpointManifest)
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m vm.Manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	for f := range m.Files {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(b)
+		m.Files[f] = vm.FileSum{Bytes: int64(len(b)), SHA256: hex.EncodeToString(sum[:])}
+	}
+	if data, err = json.Marshal(m); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// assertNoDomain fails if the hypervisor still has the domain.
+func assertNoDomain(ctx context.Context, t testing.TB, name string) {
+	t.Helper()
+	names, err := shared.conn.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if n == name {
+			t.Errorf("domain %s is left behind", name)
+		}
+	}
+}
+
+// TestVMRestore restores a checkpoint of the test guest into a new VM of
+// another pod, in another dir, after the first VM is gone: the guest goes
+// on where it was (its counter and uptime continue, its disk holds what
+// was written before the checkpoint and not what came after), under the
+// checkpoint's domain name. Damaged checkpoints and another pod's spec are
+// refused, leaving no domain and no files.
+func TestVMRestore(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	src, srcReq := startPlain(ctx, t, "restore-src")
+	domain := srcReq.Spec.Name
+	guestSh(ctx, t, src, `echo before > /mnt/before && sync`)
+	startCounter(ctx, t, src)
+	counter := func() int { return readCounter(ctx, t, src) }
+	time.Sleep(time.Second)
+	ck := t.TempDir()
+	if _, err := src.Checkpoint(ctx, ck); err != nil {
+		t.Fatal(err)
+	}
+	atCheckpoint := counter()
+	uptime := func(v *vm.VM) float64 {
+		t.Helper()
+		f, err := strconv.ParseFloat(strings.Fields(guestSh(ctx, t, v, `cat /proc/uptime`))[0], 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	upAtCheckpoint := uptime(src)
+	guestSh(ctx, t, src, `echo after > /mnt/after && sync`)
+	if err := src.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Refused, leaving nothing: a truncated state file, an altered disk,
+	// another spec, an unknown file.
+	truncated := copyDir(t, ck)
+	if err := os.Truncate(filepath.Join(truncated, vm.CheckpointState), 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	stray := copyDir(t, ck)
+	if err := os.WriteFile(filepath.Join(stray, "extra"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		from string
+		edit func(*vm.Request)
+		is   func(error) bool
+		want string
+	}{
+		{"truncated state", truncated, nil, errdefs.IsInvalidArgument, "truncated or altered"},
+		{"a stray file", stray, nil, errdefs.IsInvalidArgument, "extra is not in its manifest"},
+		{"more memory", ck, func(r *vm.Request) { r.Spec.MemoryBytes = 512 << 20 }, errdefs.IsFailedPrecondition, "memory bytes"},
+	} {
+		_, req, err := newVM(ctx, t, "restore-bad", func(r *vm.Request) {
+			r.From = c.from
+			if c.edit != nil {
+				c.edit(r)
+			}
+		})
+		if !c.is(err) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v; want it to say %q", c.name, err, c.want)
+		}
+		if _, err := os.Stat(req.Layout.VMDir()); !os.IsNotExist(err) {
+			t.Errorf("%s: the VM dir is left: %v", c.name, err)
+		}
+		assertNoDomain(ctx, t, domain)
+	}
+	// A truncated state file whose manifest was made to match: libvirt
+	// or QEMU refuse it at Start, and the VM goes.
+	broken := copyDir(t, ck)
+	if err := os.Truncate(filepath.Join(broken, vm.CheckpointState), 40<<20); err != nil {
+		t.Fatal(err)
+	}
+	resum(t, broken)
+	bv, _, err := newVM(ctx, t, "restore-broken", func(r *vm.Request) { r.From = broken })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bv.Start(ctx); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("restore from a truncated state file: %v, want InvalidArgument", err)
+	} else {
+		t.Logf("truncated state file: %v", err)
+	}
+	if err := bv.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	assertNoDomain(ctx, t, domain)
+
+	// The restore.
+	v, _, err := newVM(ctx, t, "restore-dst", func(r *vm.Request) { r.From = ck })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Spec().Name != domain {
+		t.Errorf("the restored VM's domain is %q, want the checkpoint's %q", v.Spec().Name, domain)
+	}
+	start := time.Now()
+	if _, err := v.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if err := v.PingAgent(ctx); err == nil {
+			break
+		} else if time.Since(start) > time.Minute {
+			t.Fatalf("the restored guest's agent does not answer: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("restored: Start %v to the agent answering; phases %v", time.Since(start).Round(time.Millisecond), v.Phases())
+	if got := readCounter(ctx, t, v); got < atCheckpoint-1 {
+		t.Errorf("the restored guest's counter is at %d, below the %d it had at the checkpoint: it started over", got, atCheckpoint)
+	}
+	if up := uptime(v); up < upAtCheckpoint {
+		t.Errorf("the restored guest's uptime %.1f s is below the %.1f s at the checkpoint: it booted", up, upAtCheckpoint)
+	}
+	first := readCounter(ctx, t, v)
+	time.Sleep(time.Second)
+	if next := readCounter(ctx, t, v); next <= first {
+		t.Errorf("the restored guest's counter stands at %d", next)
+	}
+	if got := guestSh(ctx, t, v, `cat /mnt/before; ls /mnt`); !strings.Contains(got, "before") || strings.Contains(got, "after") {
+		t.Errorf("the restored guest's disk: %q; want what was written before the checkpoint only", got)
+	}
+	if got := guestSh(ctx, t, v, `echo again > /mnt/again && sync && cat /mnt/again`); got != "again" {
+		t.Errorf("the restored guest's disk takes no writes: %q", got)
 	}
 }

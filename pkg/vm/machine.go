@@ -49,6 +49,21 @@ type Config struct {
 	// of the log's two files (0: DefaultConsoleLogBytes).
 	ConsoleOut      io.Writer
 	ConsoleLogBytes int64
+	// From, when set, makes the VM start from a checkpoint instead of
+	// booting.
+	From *From
+}
+
+// From is the checkpoint a VM starts from: files Checkpoint wrote, whose
+// sums were checked.
+type From struct {
+	// State is the state file, which stays where it is: libvirt opens it
+	// at Start and hands QEMU a descriptor.
+	State string
+	// Saved is the definition in State (virt.Hypervisor.SavedDefinition).
+	Saved string
+	// Disk is the disk overlay as it was, copied to the VM's overlay.
+	Disk string
 }
 
 // Jail is how QEMU is confined (pkg/jail).
@@ -88,6 +103,10 @@ type Machine struct {
 
 	phases Phases // of Create and Start
 
+	// restoreFrom is the state file Start restores the VM from instead
+	// of booting it, "" to boot.
+	restoreFrom string
+
 	exited   chan struct{} // closed when the VM stops after a Start
 	mu       sync.Mutex
 	exit     Exit
@@ -125,7 +144,11 @@ func (rt *Runtime) Create(ctx context.Context, cfg Config) (_ *Machine, retErr e
 			}
 			size = info.VirtualSize
 		}
-		if err := createOverlay(cfg.Image.Disk, cfg.Image.DiskFormat, size, l.Overlay(), cfg.Jail.UID, cfg.Jail.GID); err != nil {
+		if cfg.From != nil {
+			if err := restoreOverlay(cfg.From.Disk, size, l.Overlay(), cfg.Jail.UID, cfg.Jail.GID); err != nil {
+				return nil, err
+			}
+		} else if err := createOverlay(cfg.Image.Disk, cfg.Image.DiskFormat, size, l.Overlay(), cfg.Jail.UID, cfg.Jail.GID); err != nil {
 			return nil, err
 		}
 		defer func() {
@@ -155,9 +178,14 @@ func (rt *Runtime) Create(ctx context.Context, cfg Config) (_ *Machine, retErr e
 		return nil, fmt.Errorf("%v: %w", err, errdefs.ErrInternal)
 	}
 	watch.lap("jail")
-	xml, err := d.Marshal()
+	var xml string
+	if cfg.From != nil {
+		xml, err = convert.Restored(cfg.From.Saved, d)
+	} else {
+		xml, err = d.Marshal()
+	}
 	if err != nil {
-		return nil, fmt.Errorf("domain XML: %v: %w", err, errdefs.ErrInternal)
+		return nil, fmt.Errorf("domain XML: %w", err)
 	}
 	if err := hv.Define(ctx, xml); err != nil {
 		return nil, err
@@ -165,6 +193,9 @@ func (rt *Runtime) Create(ctx context.Context, cfg Config) (_ *Machine, retErr e
 	watch.lap("define")
 	m := &Machine{rt: rt, hv: hv, name: cfg.Spec.Name, layout: l, limit: cfg.MemoryLimit, exited: make(chan struct{}), phases: phases,
 		consoleOut: cfg.ConsoleOut, consoleLogBytes: cfg.ConsoleLogBytes}
+	if cfg.From != nil {
+		m.restoreFrom = cfg.From.State
+	}
 	if cfg.Spec.Console {
 		m.consoleSocket = l.Console()
 	}
@@ -266,16 +297,24 @@ func (m *Machine) finish(e Exit) {
 // connect to the console so no output is lost.
 type Prepare func(ctx context.Context, pid int) error
 
-// Start boots the VM: QEMU starts with its vCPUs stopped, gets its memory
+// Start boots the VM, or restores it from its checkpoint (Config.From):
+// QEMU starts with its vCPUs stopped, gets its memory
 // limit (live, because the limit in the XML needs CAP_SYS_RESOURCE), its
 // serial console attached and whatever prepare does, then runs. If any of
 // that fails the VM is stopped again. prepare may be nil.
 func (m *Machine) Start(ctx context.Context, prepare Prepare) (retErr error) {
 	watch := newStopwatch(&m.phases)
-	if err := m.hv.Start(ctx, m.name, virt.StartOptions{Paused: true}); err != nil {
-		return err
+	if m.restoreFrom != "" {
+		if err := m.hv.Restore(ctx, m.name, m.restoreFrom); err != nil {
+			return err
+		}
+		watch.lap("restore")
+	} else {
+		if err := m.hv.Start(ctx, m.name, virt.StartOptions{Paused: true}); err != nil {
+			return err
+		}
+		watch.lap("qemu")
 	}
-	watch.lap("qemu")
 	defer func() {
 		if retErr != nil {
 			retErr = errors.Join(retErr, m.hv.Destroy(context.WithoutCancel(ctx), m.name))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -64,6 +65,13 @@ type Request struct {
 	// the log only); ConsoleLogBytes caps each console log file.
 	ConsoleOut      io.Writer
 	ConsoleLogBytes int64
+	// From is a checkpoint dir (VM.Checkpoint wrote it) the VM starts
+	// from instead of booting: its guest goes on where it was, in the
+	// checkpoint's domain name (its identity in the hypervisor), with
+	// this pod's spec, which must be the same virtual hardware. The
+	// front door decides whether the checkpoint is to be trusted; Create
+	// checks its files against their manifest. "" boots.
+	From string
 	// Record is called with what the VM holds on the node before each
 	// thing is acquired and after each is released, for the front door's
 	// checkpoint; an empty Held (Held.Empty) means nothing is left. If it
@@ -106,7 +114,8 @@ type VM struct {
 	startMemory uint64 // the cgroup's memory use before the guest ran
 	held        Held
 	record      func(Held) error
-	resizing    sync.Mutex // held by Update
+	resizing    sync.Mutex // held by Update and Checkpoint
+	restored    bool       // Start restores it from a checkpoint
 	phases      Phases     // of Create, before the Machine's
 
 	// The pod's volumes: the jail (its file server uid), each share's
@@ -152,6 +161,25 @@ func Create(ctx context.Context, req Request, open Opener) (_ *VM, retErr error)
 	if err != nil {
 		return nil, fmt.Errorf("image %s: %w", req.Spec.Image, err)
 	}
+	var from *From
+	if req.From != "" {
+		m, err := ReadCheckpoint(req.From)
+		if err != nil {
+			return nil, err
+		}
+		if err := checkRestorable(m, req.Spec); err != nil {
+			return nil, fmt.Errorf("restore from %s: %w", req.From, err)
+		}
+		from = &From{State: filepath.Join(req.From, CheckpointState)}
+		if _, ok := m.Files[CheckpointDisk]; ok {
+			from.Disk = filepath.Join(req.From, CheckpointDisk)
+		}
+		if (from.Disk != "") != (img.Disk != "") {
+			return nil, fmt.Errorf("restore from %s: the checkpoint has a disk overlay: %t, the image a disk: %t: %w",
+				req.From, from.Disk != "", img.Disk != "", errdefs.ErrFailedPrecondition)
+		}
+		v.spec.Name, req.Spec.Name = m.Domain, m.Domain
+	}
 	if v.shareSources, err = checkShareSources(req.Spec, req.ShareSources); err != nil {
 		return nil, err
 	}
@@ -168,6 +196,12 @@ func Create(ctx context.Context, req Request, open Opener) (_ *VM, retErr error)
 	v.limit = MemoryLimit(req.Spec, env.Host)
 	if err := CheckPodLimit(req.Spec, env.Host, podcgroup.MemoryLimit(req.Cgroup.PodDir())); err != nil {
 		return nil, err
+	}
+	if from != nil {
+		if from.Saved, err = v.hv.SavedDefinition(ctx, from.State); err != nil {
+			return nil, fmt.Errorf("restore from %s: %w", req.From, err)
+		}
+		v.restored = true
 	}
 	if err := req.Layout.PrepareVMDir(); err != nil {
 		return nil, fmt.Errorf("VM dir: %v: %w", err, errdefs.ErrInternal)
@@ -219,7 +253,7 @@ func Create(ctx context.Context, req Request, open Opener) (_ *VM, retErr error)
 	v.machine, err = env.Runtime.Create(ctx, Config{Spec: req.Spec, Host: env.Host, Image: img, Layout: req.Layout,
 		NICs: nics, Volumes: vols, Jail: req.Jail, OOMScoreAdj: req.OOMScoreAdj, Netns: req.Network.Netns,
 		Cgroup:     jailCgroup(v.cgPath, v.limit, v.cpu),
-		ConsoleOut: req.ConsoleOut, ConsoleLogBytes: req.ConsoleLogBytes})
+		ConsoleOut: req.ConsoleOut, ConsoleLogBytes: req.ConsoleLogBytes, From: from})
 	if err != nil {
 		return nil, err
 	}
@@ -290,6 +324,9 @@ func (v *VM) Start(ctx context.Context) (int, error) {
 	}
 	if err := v.machine.Start(ctx, prepare); err != nil {
 		return 0, v.explainStart(err)
+	}
+	if v.restored {
+		v.syncGuestClock(ctx)
 	}
 	return v.machine.PID(ctx)
 }

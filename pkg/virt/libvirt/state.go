@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -229,8 +230,11 @@ func stateFileError(err error, what string) error {
 	}
 	var le lv.Error
 	if errors.As(err, &le) {
-		switch le.Code {
-		case lv.ERR_OPERATION_FAILED, lv.ERR_READ_FAILED, lv.ERR_CONFIG_UNSUPPORTED:
+		switch {
+		case le.Code == lv.ERR_OPERATION_FAILED, le.Code == lv.ERR_READ_FAILED, le.Code == lv.ERR_CONFIG_UNSUPPORTED,
+			// QEMU started and could not load the stream: libvirt reports
+			// only that QEMU went, with QEMU's last words.
+			le.Code == lv.ERR_INTERNAL_ERROR && strings.Contains(le.Message, "load of migration failed"):
 			return fmt.Errorf("%s: %w: %s (libvirt code %d)", what, errdefs.ErrInvalidArgument, le.Message, int(le.Code))
 		}
 	}
