@@ -21,6 +21,9 @@ packages=(
   nasm
   # containerd tests: runc for plain pods, CNI plugins, nsenter/unshare
   runc containernetworking-plugins util-linux
+  # containerd's CRI refuses CheckpointContainer unless CRIU is installed,
+  # whatever the runtime: vmpod never runs it (docs/day2.md)
+  criu
   # reads back the cloud-init seed in tests (an independent ISO 9660 reader)
   xorriso
   # network namespaces, taps, tc

@@ -304,6 +304,14 @@ func (s *Server) Update(ctx context.Context, r *node.UpdateRequest) (*emptypb.Em
 	return empty, s.vms.Update(ctx, r.Id, &res)
 }
 
+func (s *Server) Checkpoint(ctx context.Context, r *node.CheckpointRequest) (*node.CheckpointResponse, error) {
+	res, err := s.vms.Checkpoint(ctx, r.Id, r.Dir)
+	if err != nil {
+		return nil, err
+	}
+	return &node.CheckpointResponse{PausedNanos: int64(res.Paused)}, nil
+}
+
 func (s *Server) Stats(ctx context.Context, r *node.IDRequest) (*node.StatsResponse, error) {
 	m, _, err := s.vms.Stats(r.Id)
 	if err != nil {

@@ -280,6 +280,20 @@ func (c *Client) Update(ctx context.Context, id string, resources *anypb.Any) er
 	})
 }
 
+// Checkpoint has the daemon write the running VM's state into dir, an
+// empty dir on the node, and returns how long the guest was paused.
+func (c *Client) Checkpoint(ctx context.Context, id, dir string) (time.Duration, error) {
+	var paused time.Duration
+	err := c.call(ctx, func(api node.VMsClient) error {
+		r, err := api.Checkpoint(ctx, &node.CheckpointRequest{Id: id, Dir: dir})
+		if err == nil {
+			paused = time.Duration(r.PausedNanos)
+		}
+		return err
+	})
+	return paused, err
+}
+
 // Stats are the cgroup metrics of the VM's QEMU, as containerd's task
 // Stats carries them.
 func (c *Client) Stats(ctx context.Context, id string) (*anypb.Any, error) {

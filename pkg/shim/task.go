@@ -46,6 +46,8 @@ type body interface {
 	resume(ctx context.Context) error
 	// update applies new resources (the OCI LinuxResources).
 	update(ctx context.Context, resources *anypb.Any) error
+	// checkpoint writes its state into dir, an empty dir, and runs on.
+	checkpoint(ctx context.Context, dir string) error
 	stats(ctx context.Context) (*anypb.Any, error)
 	closeStdin()
 }
@@ -73,6 +75,10 @@ func (b sandboxBody) resume(context.Context) error {
 
 // update: pod-level limits are the kubelet's, on the pod cgroup.
 func (b sandboxBody) update(context.Context, *anypb.Any) error { return nil }
+
+func (b sandboxBody) checkpoint(context.Context, string) error {
+	return fmt.Errorf("task %s is the pod sandbox, which holds no state: checkpoint the VM's container: %w", b.t.id, errdefs.ErrFailedPrecondition)
+}
 
 func (b sandboxBody) stats(context.Context) (*anypb.Any, error) {
 	return nil, fmt.Errorf("task %s has no cgroup of its own: %w", b.t.id, errdefs.ErrNotFound)

@@ -129,6 +129,11 @@ func (v *vmTask) update(ctx context.Context, resources *anypb.Any) error {
 	return v.node.Update(ctx, v.id, resources)
 }
 
+func (v *vmTask) checkpoint(ctx context.Context, dir string) error {
+	_, err := v.node.Checkpoint(ctx, v.id, dir)
+	return err
+}
+
 func (v *vmTask) stats(ctx context.Context) (*anypb.Any, error) { return v.node.Stats(ctx, v.id) }
 
 // delete has the daemon remove the VM (stopping it hard if it runs) and

@@ -401,6 +401,18 @@ func (s *Service) Resume(ctx context.Context, id string) error {
 	return s.withVM(id, func(_ *instance, v *vm.VM) error { return v.Resume(ctx) })
 }
 
+// Checkpoint writes the running VM's state into dir (vm.VM.Checkpoint);
+// the VM runs on.
+func (s *Service) Checkpoint(ctx context.Context, id, dir string) (vm.CheckpointResult, error) {
+	var res vm.CheckpointResult
+	err := s.withVM(id, func(_ *instance, v *vm.VM) error {
+		var err error
+		res, err = v.Checkpoint(ctx, dir)
+		return err
+	})
+	return res, err
+}
+
 // Update applies new resources to the running VM (vm.VM.Update), live.
 func (s *Service) Update(ctx context.Context, id string, r *specs.LinuxResources) error {
 	return s.withVM(id, func(_ *instance, v *vm.VM) error { return v.Update(ctx, r) })

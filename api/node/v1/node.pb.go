@@ -559,6 +559,103 @@ func (x *UpdateRequest) GetResources() *anypb.Any {
 	return nil
 }
 
+type CheckpointRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Dir           string                 `protobuf:"bytes,2,opt,name=dir,proto3" json:"dir,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointRequest) Reset() {
+	*x = CheckpointRequest{}
+	mi := &file_node_v1_node_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointRequest) ProtoMessage() {}
+
+func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_node_v1_node_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
+func (*CheckpointRequest) Descriptor() ([]byte, []int) {
+	return file_node_v1_node_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *CheckpointRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *CheckpointRequest) GetDir() string {
+	if x != nil {
+		return x.Dir
+	}
+	return ""
+}
+
+type CheckpointResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// paused_nanos is how long the guest's vCPUs stood still.
+	PausedNanos   int64 `protobuf:"varint,1,opt,name=paused_nanos,json=pausedNanos,proto3" json:"paused_nanos,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointResponse) Reset() {
+	*x = CheckpointResponse{}
+	mi := &file_node_v1_node_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointResponse) ProtoMessage() {}
+
+func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_node_v1_node_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
+func (*CheckpointResponse) Descriptor() ([]byte, []int) {
+	return file_node_v1_node_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *CheckpointResponse) GetPausedNanos() int64 {
+	if x != nil {
+		return x.PausedNanos
+	}
+	return 0
+}
+
 type StatsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// stats is the cgroup metrics of QEMU's cgroup, as containerd's task
@@ -570,7 +667,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_node_v1_node_proto_msgTypes[9]
+	mi := &file_node_v1_node_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -582,7 +679,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_node_v1_node_proto_msgTypes[9]
+	mi := &file_node_v1_node_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -595,7 +692,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_node_v1_node_proto_rawDescGZIP(), []int{9}
+	return file_node_v1_node_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StatsResponse) GetStats() *anypb.Any {
@@ -618,7 +715,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_node_v1_node_proto_msgTypes[10]
+	mi := &file_node_v1_node_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -630,7 +727,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_v1_node_proto_msgTypes[10]
+	mi := &file_node_v1_node_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -643,7 +740,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_node_v1_node_proto_rawDescGZIP(), []int{10}
+	return file_node_v1_node_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ExecRequest) GetId() string {
@@ -694,7 +791,7 @@ type ExecOutput struct {
 
 func (x *ExecOutput) Reset() {
 	*x = ExecOutput{}
-	mi := &file_node_v1_node_proto_msgTypes[11]
+	mi := &file_node_v1_node_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -706,7 +803,7 @@ func (x *ExecOutput) String() string {
 func (*ExecOutput) ProtoMessage() {}
 
 func (x *ExecOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_node_v1_node_proto_msgTypes[11]
+	mi := &file_node_v1_node_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -719,7 +816,7 @@ func (x *ExecOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecOutput.ProtoReflect.Descriptor instead.
 func (*ExecOutput) Descriptor() ([]byte, []int) {
-	return file_node_v1_node_proto_rawDescGZIP(), []int{11}
+	return file_node_v1_node_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ExecOutput) GetStdout() []byte {
@@ -760,7 +857,7 @@ type CancelExecRequest struct {
 
 func (x *CancelExecRequest) Reset() {
 	*x = CancelExecRequest{}
-	mi := &file_node_v1_node_proto_msgTypes[12]
+	mi := &file_node_v1_node_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -772,7 +869,7 @@ func (x *CancelExecRequest) String() string {
 func (*CancelExecRequest) ProtoMessage() {}
 
 func (x *CancelExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_v1_node_proto_msgTypes[12]
+	mi := &file_node_v1_node_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -785,7 +882,7 @@ func (x *CancelExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelExecRequest.ProtoReflect.Descriptor instead.
 func (*CancelExecRequest) Descriptor() ([]byte, []int) {
-	return file_node_v1_node_proto_rawDescGZIP(), []int{12}
+	return file_node_v1_node_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CancelExecRequest) GetId() string {
@@ -817,7 +914,7 @@ type ConsoleRequest struct {
 
 func (x *ConsoleRequest) Reset() {
 	*x = ConsoleRequest{}
-	mi := &file_node_v1_node_proto_msgTypes[13]
+	mi := &file_node_v1_node_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -829,7 +926,7 @@ func (x *ConsoleRequest) String() string {
 func (*ConsoleRequest) ProtoMessage() {}
 
 func (x *ConsoleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_v1_node_proto_msgTypes[13]
+	mi := &file_node_v1_node_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -842,7 +939,7 @@ func (x *ConsoleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsoleRequest.ProtoReflect.Descriptor instead.
 func (*ConsoleRequest) Descriptor() ([]byte, []int) {
-	return file_node_v1_node_proto_rawDescGZIP(), []int{13}
+	return file_node_v1_node_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ConsoleRequest) GetId() string {
@@ -885,7 +982,7 @@ type ConsoleChunk struct {
 
 func (x *ConsoleChunk) Reset() {
 	*x = ConsoleChunk{}
-	mi := &file_node_v1_node_proto_msgTypes[14]
+	mi := &file_node_v1_node_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -897,7 +994,7 @@ func (x *ConsoleChunk) String() string {
 func (*ConsoleChunk) ProtoMessage() {}
 
 func (x *ConsoleChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_node_v1_node_proto_msgTypes[14]
+	mi := &file_node_v1_node_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -910,7 +1007,7 @@ func (x *ConsoleChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsoleChunk.ProtoReflect.Descriptor instead.
 func (*ConsoleChunk) Descriptor() ([]byte, []int) {
-	return file_node_v1_node_proto_rawDescGZIP(), []int{14}
+	return file_node_v1_node_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ConsoleChunk) GetData() []byte {
@@ -958,7 +1055,7 @@ type ConsoleInputRequest struct {
 
 func (x *ConsoleInputRequest) Reset() {
 	*x = ConsoleInputRequest{}
-	mi := &file_node_v1_node_proto_msgTypes[15]
+	mi := &file_node_v1_node_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -970,7 +1067,7 @@ func (x *ConsoleInputRequest) String() string {
 func (*ConsoleInputRequest) ProtoMessage() {}
 
 func (x *ConsoleInputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_node_v1_node_proto_msgTypes[15]
+	mi := &file_node_v1_node_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -983,7 +1080,7 @@ func (x *ConsoleInputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsoleInputRequest.ProtoReflect.Descriptor instead.
 func (*ConsoleInputRequest) Descriptor() ([]byte, []int) {
-	return file_node_v1_node_proto_rawDescGZIP(), []int{15}
+	return file_node_v1_node_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ConsoleInputRequest) GetId() string {
@@ -1038,7 +1135,12 @@ const file_node_v1_node_proto_rawDesc = "" +
 	"\x04exit\x18\x04 \x01(\v2\x13.vmpod.node.v1.ExitR\x04exit\"S\n" +
 	"\rUpdateRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x122\n" +
-	"\tresources\x18\x02 \x01(\v2\x14.google.protobuf.AnyR\tresources\";\n" +
+	"\tresources\x18\x02 \x01(\v2\x14.google.protobuf.AnyR\tresources\"5\n" +
+	"\x11CheckpointRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
+	"\x03dir\x18\x02 \x01(\tR\x03dir\"7\n" +
+	"\x12CheckpointResponse\x12!\n" +
+	"\fpaused_nanos\x18\x01 \x01(\x03R\vpausedNanos\";\n" +
 	"\rStatsResponse\x12*\n" +
 	"\x05stats\x18\x01 \x01(\v2\x14.google.protobuf.AnyR\x05stats\"r\n" +
 	"\vExecRequest\x12\x0e\n" +
@@ -1068,7 +1170,7 @@ const file_node_v1_node_proto_rawDesc = "" +
 	"\x03end\x18\x05 \x01(\bR\x03end\"9\n" +
 	"\x13ConsoleInputRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data2\x85\b\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data2\xd8\b\n" +
 	"\x03VMs\x12>\n" +
 	"\x06Create\x12\x1c.vmpod.node.v1.CreateRequest\x1a\x16.google.protobuf.Empty\x12?\n" +
 	"\x05Start\x12\x18.vmpod.node.v1.IDRequest\x1a\x1c.vmpod.node.v1.StartResponse\x125\n" +
@@ -1082,7 +1184,9 @@ const file_node_v1_node_proto_rawDesc = "" +
 	"\x05Pause\x12\x18.vmpod.node.v1.IDRequest\x1a\x16.google.protobuf.Empty\x12:\n" +
 	"\x06Resume\x12\x18.vmpod.node.v1.IDRequest\x1a\x16.google.protobuf.Empty\x12>\n" +
 	"\x06Update\x12\x1c.vmpod.node.v1.UpdateRequest\x1a\x16.google.protobuf.Empty\x12?\n" +
-	"\x05Stats\x12\x18.vmpod.node.v1.IDRequest\x1a\x1c.vmpod.node.v1.StatsResponse\x12?\n" +
+	"\x05Stats\x12\x18.vmpod.node.v1.IDRequest\x1a\x1c.vmpod.node.v1.StatsResponse\x12Q\n" +
+	"\n" +
+	"Checkpoint\x12 .vmpod.node.v1.CheckpointRequest\x1a!.vmpod.node.v1.CheckpointResponse\x12?\n" +
 	"\x04Exec\x12\x1a.vmpod.node.v1.ExecRequest\x1a\x19.vmpod.node.v1.ExecOutput0\x01\x12F\n" +
 	"\n" +
 	"CancelExec\x12 .vmpod.node.v1.CancelExecRequest\x1a\x16.google.protobuf.Empty\x12G\n" +
@@ -1101,7 +1205,7 @@ func file_node_v1_node_proto_rawDescGZIP() []byte {
 	return file_node_v1_node_proto_rawDescData
 }
 
-var file_node_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_node_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_node_v1_node_proto_goTypes = []any{
 	(*Mount)(nil),               // 0: vmpod.node.v1.Mount
 	(*CreateRequest)(nil),       // 1: vmpod.node.v1.CreateRequest
@@ -1112,21 +1216,23 @@ var file_node_v1_node_proto_goTypes = []any{
 	(*ReleasePodRequest)(nil),   // 6: vmpod.node.v1.ReleasePodRequest
 	(*VM)(nil),                  // 7: vmpod.node.v1.VM
 	(*UpdateRequest)(nil),       // 8: vmpod.node.v1.UpdateRequest
-	(*StatsResponse)(nil),       // 9: vmpod.node.v1.StatsResponse
-	(*ExecRequest)(nil),         // 10: vmpod.node.v1.ExecRequest
-	(*ExecOutput)(nil),          // 11: vmpod.node.v1.ExecOutput
-	(*CancelExecRequest)(nil),   // 12: vmpod.node.v1.CancelExecRequest
-	(*ConsoleRequest)(nil),      // 13: vmpod.node.v1.ConsoleRequest
-	(*ConsoleChunk)(nil),        // 14: vmpod.node.v1.ConsoleChunk
-	(*ConsoleInputRequest)(nil), // 15: vmpod.node.v1.ConsoleInputRequest
-	(*anypb.Any)(nil),           // 16: google.protobuf.Any
-	(*emptypb.Empty)(nil),       // 17: google.protobuf.Empty
+	(*CheckpointRequest)(nil),   // 9: vmpod.node.v1.CheckpointRequest
+	(*CheckpointResponse)(nil),  // 10: vmpod.node.v1.CheckpointResponse
+	(*StatsResponse)(nil),       // 11: vmpod.node.v1.StatsResponse
+	(*ExecRequest)(nil),         // 12: vmpod.node.v1.ExecRequest
+	(*ExecOutput)(nil),          // 13: vmpod.node.v1.ExecOutput
+	(*CancelExecRequest)(nil),   // 14: vmpod.node.v1.CancelExecRequest
+	(*ConsoleRequest)(nil),      // 15: vmpod.node.v1.ConsoleRequest
+	(*ConsoleChunk)(nil),        // 16: vmpod.node.v1.ConsoleChunk
+	(*ConsoleInputRequest)(nil), // 17: vmpod.node.v1.ConsoleInputRequest
+	(*anypb.Any)(nil),           // 18: google.protobuf.Any
+	(*emptypb.Empty)(nil),       // 19: google.protobuf.Empty
 }
 var file_node_v1_node_proto_depIdxs = []int32{
 	0,  // 0: vmpod.node.v1.CreateRequest.rootfs:type_name -> vmpod.node.v1.Mount
 	4,  // 1: vmpod.node.v1.VM.exit:type_name -> vmpod.node.v1.Exit
-	16, // 2: vmpod.node.v1.UpdateRequest.resources:type_name -> google.protobuf.Any
-	16, // 3: vmpod.node.v1.StatsResponse.stats:type_name -> google.protobuf.Any
+	18, // 2: vmpod.node.v1.UpdateRequest.resources:type_name -> google.protobuf.Any
+	18, // 3: vmpod.node.v1.StatsResponse.stats:type_name -> google.protobuf.Any
 	1,  // 4: vmpod.node.v1.VMs.Create:input_type -> vmpod.node.v1.CreateRequest
 	2,  // 5: vmpod.node.v1.VMs.Start:input_type -> vmpod.node.v1.IDRequest
 	2,  // 6: vmpod.node.v1.VMs.Wait:input_type -> vmpod.node.v1.IDRequest
@@ -1139,28 +1245,30 @@ var file_node_v1_node_proto_depIdxs = []int32{
 	2,  // 13: vmpod.node.v1.VMs.Resume:input_type -> vmpod.node.v1.IDRequest
 	8,  // 14: vmpod.node.v1.VMs.Update:input_type -> vmpod.node.v1.UpdateRequest
 	2,  // 15: vmpod.node.v1.VMs.Stats:input_type -> vmpod.node.v1.IDRequest
-	10, // 16: vmpod.node.v1.VMs.Exec:input_type -> vmpod.node.v1.ExecRequest
-	12, // 17: vmpod.node.v1.VMs.CancelExec:input_type -> vmpod.node.v1.CancelExecRequest
-	13, // 18: vmpod.node.v1.VMs.Console:input_type -> vmpod.node.v1.ConsoleRequest
-	15, // 19: vmpod.node.v1.VMs.ConsoleInput:input_type -> vmpod.node.v1.ConsoleInputRequest
-	17, // 20: vmpod.node.v1.VMs.Create:output_type -> google.protobuf.Empty
-	3,  // 21: vmpod.node.v1.VMs.Start:output_type -> vmpod.node.v1.StartResponse
-	4,  // 22: vmpod.node.v1.VMs.Wait:output_type -> vmpod.node.v1.Exit
-	17, // 23: vmpod.node.v1.VMs.Shutdown:output_type -> google.protobuf.Empty
-	17, // 24: vmpod.node.v1.VMs.Kill:output_type -> google.protobuf.Empty
-	17, // 25: vmpod.node.v1.VMs.Remove:output_type -> google.protobuf.Empty
-	17, // 26: vmpod.node.v1.VMs.ReleasePod:output_type -> google.protobuf.Empty
-	7,  // 27: vmpod.node.v1.VMs.Get:output_type -> vmpod.node.v1.VM
-	17, // 28: vmpod.node.v1.VMs.Pause:output_type -> google.protobuf.Empty
-	17, // 29: vmpod.node.v1.VMs.Resume:output_type -> google.protobuf.Empty
-	17, // 30: vmpod.node.v1.VMs.Update:output_type -> google.protobuf.Empty
-	9,  // 31: vmpod.node.v1.VMs.Stats:output_type -> vmpod.node.v1.StatsResponse
-	11, // 32: vmpod.node.v1.VMs.Exec:output_type -> vmpod.node.v1.ExecOutput
-	17, // 33: vmpod.node.v1.VMs.CancelExec:output_type -> google.protobuf.Empty
-	14, // 34: vmpod.node.v1.VMs.Console:output_type -> vmpod.node.v1.ConsoleChunk
-	17, // 35: vmpod.node.v1.VMs.ConsoleInput:output_type -> google.protobuf.Empty
-	20, // [20:36] is the sub-list for method output_type
-	4,  // [4:20] is the sub-list for method input_type
+	9,  // 16: vmpod.node.v1.VMs.Checkpoint:input_type -> vmpod.node.v1.CheckpointRequest
+	12, // 17: vmpod.node.v1.VMs.Exec:input_type -> vmpod.node.v1.ExecRequest
+	14, // 18: vmpod.node.v1.VMs.CancelExec:input_type -> vmpod.node.v1.CancelExecRequest
+	15, // 19: vmpod.node.v1.VMs.Console:input_type -> vmpod.node.v1.ConsoleRequest
+	17, // 20: vmpod.node.v1.VMs.ConsoleInput:input_type -> vmpod.node.v1.ConsoleInputRequest
+	19, // 21: vmpod.node.v1.VMs.Create:output_type -> google.protobuf.Empty
+	3,  // 22: vmpod.node.v1.VMs.Start:output_type -> vmpod.node.v1.StartResponse
+	4,  // 23: vmpod.node.v1.VMs.Wait:output_type -> vmpod.node.v1.Exit
+	19, // 24: vmpod.node.v1.VMs.Shutdown:output_type -> google.protobuf.Empty
+	19, // 25: vmpod.node.v1.VMs.Kill:output_type -> google.protobuf.Empty
+	19, // 26: vmpod.node.v1.VMs.Remove:output_type -> google.protobuf.Empty
+	19, // 27: vmpod.node.v1.VMs.ReleasePod:output_type -> google.protobuf.Empty
+	7,  // 28: vmpod.node.v1.VMs.Get:output_type -> vmpod.node.v1.VM
+	19, // 29: vmpod.node.v1.VMs.Pause:output_type -> google.protobuf.Empty
+	19, // 30: vmpod.node.v1.VMs.Resume:output_type -> google.protobuf.Empty
+	19, // 31: vmpod.node.v1.VMs.Update:output_type -> google.protobuf.Empty
+	11, // 32: vmpod.node.v1.VMs.Stats:output_type -> vmpod.node.v1.StatsResponse
+	10, // 33: vmpod.node.v1.VMs.Checkpoint:output_type -> vmpod.node.v1.CheckpointResponse
+	13, // 34: vmpod.node.v1.VMs.Exec:output_type -> vmpod.node.v1.ExecOutput
+	19, // 35: vmpod.node.v1.VMs.CancelExec:output_type -> google.protobuf.Empty
+	16, // 36: vmpod.node.v1.VMs.Console:output_type -> vmpod.node.v1.ConsoleChunk
+	19, // 37: vmpod.node.v1.VMs.ConsoleInput:output_type -> google.protobuf.Empty
+	21, // [21:38] is the sub-list for method output_type
+	4,  // [4:21] is the sub-list for method input_type
 	4,  // [4:4] is the sub-list for extension type_name
 	4,  // [4:4] is the sub-list for extension extendee
 	0,  // [0:4] is the sub-list for field type_name
@@ -1177,7 +1285,7 @@ func file_node_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_node_v1_node_proto_rawDesc), len(file_node_v1_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

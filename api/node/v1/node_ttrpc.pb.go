@@ -21,6 +21,7 @@ type VMsService interface {
 	Resume(context.Context, *IDRequest) (*emptypb.Empty, error)
 	Update(context.Context, *UpdateRequest) (*emptypb.Empty, error)
 	Stats(context.Context, *IDRequest) (*StatsResponse, error)
+	Checkpoint(context.Context, *CheckpointRequest) (*CheckpointResponse, error)
 	Exec(context.Context, *ExecRequest, VMs_ExecServer) error
 	CancelExec(context.Context, *CancelExecRequest) (*emptypb.Empty, error)
 	Console(context.Context, *ConsoleRequest, VMs_ConsoleServer) error
@@ -140,6 +141,13 @@ func RegisterVMsService(srv *ttrpc.Server, svc VMsService) {
 				}
 				return svc.Stats(ctx, &req)
 			},
+			"Checkpoint": func(ctx context.Context, unmarshal func(interface{}) error) (interface{}, error) {
+				var req CheckpointRequest
+				if err := unmarshal(&req); err != nil {
+					return nil, err
+				}
+				return svc.Checkpoint(ctx, &req)
+			},
 			"CancelExec": func(ctx context.Context, unmarshal func(interface{}) error) (interface{}, error) {
 				var req CancelExecRequest
 				if err := unmarshal(&req); err != nil {
@@ -195,6 +203,7 @@ type VMsClient interface {
 	Resume(context.Context, *IDRequest) (*emptypb.Empty, error)
 	Update(context.Context, *UpdateRequest) (*emptypb.Empty, error)
 	Stats(context.Context, *IDRequest) (*StatsResponse, error)
+	Checkpoint(context.Context, *CheckpointRequest) (*CheckpointResponse, error)
 	Exec(context.Context, *ExecRequest) (VMs_ExecClient, error)
 	CancelExec(context.Context, *CancelExecRequest) (*emptypb.Empty, error)
 	Console(context.Context, *ConsoleRequest) (VMs_ConsoleClient, error)
@@ -302,6 +311,14 @@ func (c *vmsClient) Update(ctx context.Context, req *UpdateRequest) (*emptypb.Em
 func (c *vmsClient) Stats(ctx context.Context, req *IDRequest) (*StatsResponse, error) {
 	var resp StatsResponse
 	if err := c.client.Call(ctx, "vmpod.node.v1.VMs", "Stats", req, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+func (c *vmsClient) Checkpoint(ctx context.Context, req *CheckpointRequest) (*CheckpointResponse, error) {
+	var resp CheckpointResponse
+	if err := c.client.Call(ctx, "vmpod.node.v1.VMs", "Checkpoint", req, &resp); err != nil {
 		return nil, err
 	}
 	return &resp, nil
