@@ -1,9 +1,6 @@
 package containerd_test
 
 import (
-	"archive/tar"
-	"encoding/json"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmpod/vmpod/internal/testenv/ckptarchive"
 	"github.com/vmpod/vmpod/internal/testenv/containerd"
 	"github.com/vmpod/vmpod/internal/testguest"
 	"github.com/vmpod/vmpod/pkg/vm"
@@ -60,20 +58,9 @@ func TestCrictlCheckpoint(t *testing.T) {
 	c.MustCrictl(t, "checkpoint", "--export="+archive, id)
 	t.Logf("crictl checkpoint: %v", time.Since(start).Round(time.Millisecond))
 
-	files := readArchive(t, archive)
-	for _, want := range []string{"checkpoint/" + vm.CheckpointState, "checkpoint/" + vm.CheckpointDisk, "checkpoint/" + vm.CheckpointManifest, "config.dump", "status.dump", "spec.dump"} {
-		if _, ok := files[want]; !ok {
-			t.Errorf("the archive lacks %s (it has %v)", want, keys(files))
-		}
-	}
-	var m vm.Manifest
-	if err := json.Unmarshal(files["checkpoint/"+vm.CheckpointManifest].data, &m); err != nil {
-		t.Fatal(err)
-	}
-	for name, sum := range m.Files {
-		if got := files["checkpoint/"+name]; got.size != sum.Bytes {
-			t.Errorf("%s in the archive has %d bytes, its manifest says %d", name, got.size, sum.Bytes)
-		}
+	m := ckptarchive.Check(t, archive)
+	if _, ok := m.Files[vm.CheckpointDisk]; !ok {
+		t.Errorf("the checkpoint has no disk overlay: %+v", m.Files)
 	}
 	t.Logf("archive: %d bytes; guest paused %v", fileSize(t, archive), m.Paused)
 
@@ -94,47 +81,6 @@ func TestCrictlCheckpoint(t *testing.T) {
 	c.MustCrictl(t, "stop", "--timeout", "30", id)
 	c.MustCrictl(t, "rm", id)
 	c.StopRemovePod(t, podID)
-}
-
-type archived struct {
-	size int64
-	data []byte // kept for small files only
-}
-
-// readArchive lists a tar archive, keeping the content of files under 1 MiB.
-func readArchive(t *testing.T, path string) map[string]archived {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	out := map[string]archived{}
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		a := archived{size: h.Size}
-		if h.Size < 1<<20 {
-			if a.data, err = io.ReadAll(tr); err != nil {
-				t.Fatal(err)
-			}
-		}
-		out[strings.TrimPrefix(h.Name, "./")] = a
-	}
-}
-
-func keys[V any](m map[string]V) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
 }
 
 func fileSize(t *testing.T, path string) int64 {
