@@ -98,7 +98,8 @@ fuzz:
 # of each extension point; docs/scheduler.md); then the pieces (converter,
 # jail, image intake, the overlay, exec through the guest agent); then day
 # 2 (BenchmarkResize: a live resize, Update to the guest having the new
-# vCPUs or RAM; docs/day2.md).
+# vCPUs or RAM; BenchmarkCheckpointRestore: a checkpoint's pause and cost,
+# its files, and a restore against a cold boot; docs/day2.md).
 bench: deps guest
 	@echo '== start'
 	$(GO) test -run '^$$' -bench BenchmarkStartPhases -benchtime 5x -timeout 20m ./pkg/shim
@@ -119,6 +120,7 @@ bench: deps guest
 	$(GO) test -run '^$$' -bench BenchmarkExec -benchtime 20x ./pkg/vm
 	@echo '== day 2'
 	$(GO) test -run '^$$' -bench BenchmarkResize -benchtime 5x -timeout 15m ./pkg/vm
+	$(GO) test -run '^$$' -bench BenchmarkCheckpointRestore -benchtime 3x -timeout 15m ./pkg/vm
 
 clean:
 	rm -rf $(OUT)/bin
