@@ -48,6 +48,11 @@ Usage:
                       [--capabilities caps.xml --domain-capabilities domcaps.xml]
       Keep the node's vmpod labels (docs/labels.md) in step with what its
       QEMU can run; in-cluster config without --kubeconfig.
+  vm-runtime checkpoint-image --archive checkpoint.tar --base containerdisk.oci.tar --name REF -o out.oci.tar
+      Put a VM pod's checkpoint (the archive the kubelet's checkpoint API
+      wrote) into the containerdisk it ran from: a pod of the new image
+      starts where the VM was, on a node that trusts the checkpoint's
+      signing key (docs/day2.md).
 
 Called as vmpod-qemu (a link the daemon and the CRI server make), it is the jailer libvirt
 starts in place of QEMU: see pkg/jail.
@@ -93,6 +98,8 @@ func run(argv0 string, args []string) int {
 		return renderCmd(args[1:])
 	case "labeller":
 		return labellerCmd(args[1:])
+	case "checkpoint-image":
+		return checkpointImageCmd(args[1:])
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return 0

@@ -12,6 +12,7 @@ import (
 	"github.com/vmpod/vmpod/pkg/jail"
 	"github.com/vmpod/vmpod/pkg/node"
 	"github.com/vmpod/vmpod/pkg/node/embedded"
+	"github.com/vmpod/vmpod/pkg/vm"
 	"github.com/vmpod/vmpod/pkg/vmd"
 	"github.com/vmpod/vmpod/pkg/vmspec"
 )
@@ -21,6 +22,7 @@ import (
 type vmFlags struct {
 	stateRoot, capsCache, kvmCache, uids, diskCap *string
 	kubeletRoot, volumeHostPaths                  *string
+	signingKey, trustKeys                         *string
 }
 
 func addVMFlags(fs *flag.FlagSet, stateRootHelp string) vmFlags {
@@ -34,6 +36,10 @@ func addVMFlags(fs *flag.FlagSet, stateRootHelp string) vmFlags {
 			"the kubelet's --root-dir as mount sources name it (containerd resolves symlinks in them): the pod volumes below it are shared with their VMs' guests"),
 		volumeHostPaths: fs.String("volume-host-paths", "",
 			"comma-separated host dirs a VM's guest may be given, each with what is below it (for CRI clients such as critest; none by default)"),
+		signingKey: fs.String("state-signing-key", "",
+			"ed25519 private key (PEM, PKCS #8: openssl genpkey -algorithm ed25519) that signs each checkpoint this node writes (none: unsigned)"),
+		trustKeys: fs.String("state-trust-keys", "",
+			"comma-separated files of ed25519 public keys (PEM): a checkpoint image is restored only when one of them signed it (none: refused)"),
 	}
 }
 
@@ -61,6 +67,18 @@ func (f vmFlags) config(cmd string) (vmd.Config, bool) {
 		return vmd.Config{}, false
 	}
 	cfg.Mounts = mounts
+	if *f.signingKey != "" {
+		if cfg.SigningKey, err = vm.LoadSigningKey(*f.signingKey); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: --state-signing-key: %v\n", cmd, err)
+			return vmd.Config{}, false
+		}
+	}
+	if *f.trustKeys != "" {
+		if cfg.TrustKeys, err = vm.LoadTrustKeys(strings.Split(*f.trustKeys, ",")); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: --state-trust-keys: %v\n", cmd, err)
+			return vmd.Config{}, false
+		}
+	}
 	return cfg, true
 }
 

@@ -1,7 +1,8 @@
 // Package ociarchive writes an image as an OCI image layout archive that
-// `ctr images import` takes, named by the annotations containerd reads. The
-// project's image builders (hack/guest/containerdisk, hack/ociimage) use
-// it. It may import go-containerregistry and the standard library.
+// `ctr images import` takes, named by the annotations containerd reads,
+// and opens one. The project's image builders (hack/guest/containerdisk,
+// hack/ociimage, vm-runtime checkpoint-image) use it. It may import
+// go-containerregistry, internal/untar and the standard library.
 package ociarchive
 
 import (
@@ -17,7 +18,34 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+
+	"github.com/vmpod/vmpod/internal/untar"
 )
+
+// Open unpacks the OCI layout archive into dir (which must outlive the
+// image: its blobs are read from there) and returns its single image.
+func Open(archive, dir string) (v1.Image, error) {
+	f, err := os.Open(archive)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if err := untar.Extract(f, dir); err != nil {
+		return nil, fmt.Errorf("OCI archive %s: %w", archive, err)
+	}
+	idx, err := layout.ImageIndexFromPath(dir)
+	if err != nil {
+		return nil, fmt.Errorf("OCI archive %s: %w", archive, err)
+	}
+	m, err := idx.IndexManifest()
+	if err != nil {
+		return nil, fmt.Errorf("OCI archive %s: %w", archive, err)
+	}
+	if len(m.Manifests) != 1 {
+		return nil, fmt.Errorf("OCI archive %s holds %d images, want 1", archive, len(m.Manifests))
+	}
+	return idx.Image(m.Manifests[0].Digest)
+}
 
 // Write writes img as an OCI layout archive at out, named name, with every
 // timestamp set to mtime so that builds are reproducible. out appears whole

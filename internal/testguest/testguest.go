@@ -12,9 +12,9 @@ import (
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 
+	"github.com/vmpod/vmpod/internal/ociarchive"
 	"github.com/vmpod/vmpod/internal/untar"
 )
 
@@ -73,26 +73,5 @@ func Unpack(archive, dst string) error {
 
 // OpenArchive unpacks the OCI archive into the layout dir dir (which must
 // outlive the image: its blobs are read from there) and returns its single
-// image, to serve from a test registry for instance.
-func OpenArchive(archive, dir string) (v1.Image, error) {
-	f, err := os.Open(archive)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if err := untar.Extract(f, dir); err != nil {
-		return nil, fmt.Errorf("OCI archive: %w", err)
-	}
-	idx, err := layout.ImageIndexFromPath(dir)
-	if err != nil {
-		return nil, err
-	}
-	m, err := idx.IndexManifest()
-	if err != nil {
-		return nil, err
-	}
-	if len(m.Manifests) != 1 {
-		return nil, fmt.Errorf("OCI archive holds %d images, want 1", len(m.Manifests))
-	}
-	return idx.Image(m.Manifests[0].Digest)
-}
+// image, to serve from a test registry for instance (ociarchive.Open).
+func OpenArchive(archive, dir string) (v1.Image, error) { return ociarchive.Open(archive, dir) }

@@ -57,6 +57,27 @@ type Route struct {
 	Via netip.Addr
 }
 
+// SetMAC gives the interface ifname of the current network namespace the
+// Ethernet address mac, before Inspect reads it: a VM restored from a
+// checkpoint keeps the MAC its guest had, and the pod interface takes it
+// so that the guest owns the pod's identity on the network as a booted
+// one does (Wire lets through only frames from the pod interface's MAC).
+func SetMAC(ifname string, mac net.HardwareAddr) error {
+	if len(mac) != 6 {
+		return fmt.Errorf("pod interface %q: %q is not an Ethernet address", ifname, mac)
+	}
+	return here(func(h *netlink.Handle) error {
+		link, err := h.LinkByName(ifname)
+		if err != nil {
+			return fmt.Errorf("pod interface %q: %w", ifname, err)
+		}
+		if err := h.LinkSetHardwareAddr(link, mac); err != nil {
+			return fmt.Errorf("pod interface %q: set MAC %s: %w", ifname, mac, err)
+		}
+		return nil
+	})
+}
+
 // Inspect reads the interface ifname of the current network namespace (see
 // the package comment). It fails, naming the interface, when the interface
 // has no IPv4 address or no IPv4 default route: there would be nothing to

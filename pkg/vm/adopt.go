@@ -62,6 +62,8 @@ func Adopt(ctx context.Context, req AdoptRequest, open Opener) (_ *VM, retErr er
 	if err != nil {
 		return nil, err
 	}
+	// A VM restored from a checkpoint keeps the checkpoint's domain name.
+	req.Spec.Name = h.Domain
 	v := &VM{spec: req.Spec, layout: req.Layout, hv: env.Runtime.hv, host: env.Host, held: h, record: req.Record,
 		limit: MemoryLimit(req.Spec, env.Host)}
 	if h.Cgroup != "" {

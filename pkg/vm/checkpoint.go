@@ -54,6 +54,9 @@ type Manifest struct {
 	// machine type are the Spec's and the state file's own definition
 	// names what they resolved to: a restore needs the same hardware.
 	Emulator string `json:"emulator"`
+	// MAC is the guest NIC's Ethernet address ("" without a network): a
+	// restore gives it to the new pod's interface.
+	MAC string `json:"mac,omitempty"`
 	// VCPUs and MemoryBytes are the VM's size when it was taken.
 	VCPUs       int    `json:"vcpus"`
 	MemoryBytes uint64 `json:"memoryBytes"`
@@ -181,6 +184,9 @@ func (v *VM) Checkpoint(ctx context.Context, dir string) (_ CheckpointResult, re
 	m := Manifest{Version: ManifestVersion, Domain: v.spec.Name, Image: v.spec.Image, Emulator: v.host.Emulator, VCPUs: size.VCPUs,
 		MemoryBytes: v.spec.MemoryBytes + size.HotplugPluggedBytes, Spec: v.spec, Taken: snapped.UTC(), Paused: paused,
 		Files: map[string]FileSum{}}
+	if v.pod != nil {
+		m.MAC = v.pod.MAC.String()
+	}
 	for _, f := range written {
 		sum, err := sumFile(filepath.Join(dir, f))
 		if err != nil {

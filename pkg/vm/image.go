@@ -28,7 +28,18 @@ type Image struct {
 	// DiskSize is the disk's virtual size once InspectImage checked it; 0
 	// before.
 	DiskSize uint64
+	// State is /vmpod/state when the image carries a checkpoint of a VM
+	// there (a checkpoint image: vm-runtime checkpoint-image), which the
+	// VM starts from instead of booting, if a key the node trusts signed
+	// it; "" for none.
+	State string
 }
+
+// ImageStateDir is where a checkpoint image carries its checkpoint's
+// files (pkg/checkpointimage), below the image root.
+const ImageStateDir = "vmpod/state"
+
+const stateManifest = ImageStateDir + "/" + CheckpointManifest
 
 // InspectImage is FindImage, then the check of the disk's content
 // (inspectDisk): everything the runtime refuses in an image, before a VM
@@ -88,6 +99,11 @@ func FindImage(rootfs string) (Image, error) {
 	default:
 		return Image{}, fmt.Errorf("containerdisk has %d disks under /disk/ (%v), want one: %w",
 			len(disks), disks, errdefs.ErrInvalidArgument)
+	}
+	if ok, err := regularFile(root, stateManifest); err != nil {
+		return Image{}, err
+	} else if ok {
+		img.State = filepath.Join(rootfs, filepath.Dir(stateManifest))
 	}
 	if img.Kernel == "" && img.Disk == "" {
 		return Image{}, fmt.Errorf("not a containerdisk: no /boot/vmlinux, /boot/vmlinuz or /disk/*.qcow2|.raw|.img: %w",

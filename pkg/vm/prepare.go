@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"maps"
+	"net"
 	"os"
 
 	"github.com/containerd/errdefs"
@@ -84,6 +85,20 @@ func inspectNetwork(n Network) (podnet.Pod, error) {
 		return nil
 	})
 	return pn, err
+}
+
+// adoptMAC gives the pod interface the MAC of the guest a checkpoint
+// holds (podnet.SetMAC), in the pod's network namespace.
+func adoptMAC(n Network, mac net.HardwareAddr) error {
+	if n.Netns == "" {
+		return nil // inspectNetwork says why this cannot go on
+	}
+	return nsthread.InNetns(n.Netns, func() error {
+		if err := podnet.SetMAC(n.Interface, mac); err != nil {
+			return fmt.Errorf("pod network: %v: %w", err, errdefs.ErrInternal)
+		}
+		return nil
+	})
 }
 
 // wireNetwork wires the tap, moved into the pod's namespace, to the pod

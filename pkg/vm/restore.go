@@ -67,7 +67,7 @@ func ReadCheckpoint(dir string) (Manifest, error) {
 		return bad("%v", err)
 	}
 	for _, e := range entries {
-		if _, listed := m.Files[e.Name()]; !listed && e.Name() != CheckpointManifest {
+		if _, listed := m.Files[e.Name()]; !listed && e.Name() != CheckpointManifest && e.Name() != CheckpointSignature {
 			return bad("%s is not in its manifest", e.Name())
 		}
 	}
@@ -101,8 +101,10 @@ func sumRegular(path string) (FileSum, error) {
 
 // checkRestorable refuses to restore m into a VM of spec s when the
 // virtual hardware would differ: libvirt would refuse it anyway, later
-// and less clearly. The pod's name may differ; the VM keeps the
-// checkpoint's domain name (its hardware identity).
+// and less clearly. The pod's name and image may differ (a checkpoint
+// image is another image over the same disk; restoreOverlay checks the
+// disk's size); the VM keeps the checkpoint's domain name (its hardware
+// identity).
 func checkRestorable(m Manifest, s vmspec.Spec) error {
 	c := m.Spec
 	var diffs []string
@@ -124,9 +126,6 @@ func checkRestorable(m Manifest, s vmspec.Spec) error {
 		diff("devices (NICs, console, cloud-init seed)",
 			fmt.Sprintf("%d %t %t", len(c.NICs), c.Console, c.CloudInit != nil),
 			fmt.Sprintf("%d %t %t", len(s.NICs), s.Console, s.CloudInit != nil))
-	}
-	if m.Image != s.Image {
-		diff("image", m.Image, s.Image)
 	}
 	if len(diffs) == 0 {
 		return nil

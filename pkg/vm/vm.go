@@ -2,9 +2,11 @@ package vm
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"path/filepath"
 	"sync"
 	"time"
@@ -72,6 +74,10 @@ type Request struct {
 	// front door decides whether the checkpoint is to be trusted; Create
 	// checks its files against their manifest. "" boots.
 	From string
+	// Trust are the keys whose signature makes a checkpoint an image
+	// carries (Image.State) one to start from; none: such an image is
+	// refused.
+	Trust []ed25519.PublicKey
 	// Record is called with what the VM holds on the node before each
 	// thing is acquired and after each is released, for the front door's
 	// checkpoint; an empty Held (Held.Empty) means nothing is left. If it
@@ -161,7 +167,17 @@ func Create(ctx context.Context, req Request, open Opener) (_ *VM, retErr error)
 	if err != nil {
 		return nil, fmt.Errorf("image %s: %w", req.Spec.Image, err)
 	}
+	if img.State != "" {
+		if req.From != "" {
+			return nil, fmt.Errorf("image %s carries a checkpoint, and another was given to restore: %w", req.Spec.Image, errdefs.ErrInvalidArgument)
+		}
+		if err := VerifyCheckpoint(img.State, req.Trust); err != nil {
+			return nil, fmt.Errorf("image %s: %w", req.Spec.Image, err)
+		}
+		req.From = img.State
+	}
 	var from *From
+	var restoreMAC net.HardwareAddr
 	if req.From != "" {
 		m, err := ReadCheckpoint(req.From)
 		if err != nil {
@@ -179,6 +195,11 @@ func Create(ctx context.Context, req Request, open Opener) (_ *VM, retErr error)
 				req.From, from.Disk != "", img.Disk != "", errdefs.ErrFailedPrecondition)
 		}
 		v.spec.Name, req.Spec.Name = m.Domain, m.Domain
+		if m.MAC != "" && len(req.Spec.NICs) > 0 {
+			if restoreMAC, err = net.ParseMAC(m.MAC); err != nil {
+				return nil, fmt.Errorf("restore from %s: MAC %q: %v: %w", req.From, m.MAC, err, errdefs.ErrInvalidArgument)
+			}
+		}
 	}
 	if v.shareSources, err = checkShareSources(req.Spec, req.ShareSources); err != nil {
 		return nil, err
@@ -213,6 +234,11 @@ func Create(ctx context.Context, req Request, open Opener) (_ *VM, retErr error)
 	// into the pod's and wires it there before the guest runs.
 	var nics map[string]convert.NIC
 	if len(req.Spec.NICs) > 0 {
+		if restoreMAC != nil {
+			if err := adoptMAC(req.Network, restoreMAC); err != nil {
+				return nil, err
+			}
+		}
 		pn, err := inspectNetwork(req.Network)
 		if err != nil {
 			return nil, err

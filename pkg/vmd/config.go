@@ -1,6 +1,7 @@
 package vmd
 
 import (
+	"crypto/ed25519"
 	"path/filepath"
 
 	"github.com/vmpod/vmpod/pkg/jail"
@@ -32,6 +33,11 @@ type Config struct {
 	// vm-runtime cri's own), whose pod's image volumes are shared
 	// read-only, and the host dirs a node admin allows.
 	Mounts vmspec.MountRules
+	// SigningKey signs each checkpoint the node writes (vm.SignCheckpoint);
+	// nil: unsigned. TrustKeys are the keys whose signature makes a
+	// checkpoint an image carries one to restore (vm.Request.Trust).
+	SigningKey ed25519.PrivateKey
+	TrustKeys  []ed25519.PublicKey
 }
 
 // DefaultDiskCap is the default Config.DiskCap: 20 GiB.

@@ -102,7 +102,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (retErr error) 
 		Rootfs: req.Rootfs, RootfsMounts: req.RootfsMounts, Network: req.Network,
 		BlockDevices: req.BlockDevices, ShareSources: req.ShareSources, CloudInitDir: req.CloudInitDir, InstanceID: req.InstanceID,
 		Cgroup: req.Cgroup, CPU: req.CPU, OOMScoreAdj: req.OOMScoreAdj,
-		ConsoleOut: req.Console, Record: in.record,
+		ConsoleOut: req.Console, Record: in.record, Trust: s.cfg.TrustKeys,
 	}
 	in.vm, err = vm.Create(ctx, vreq, opener(env))
 	return err
@@ -401,14 +401,16 @@ func (s *Service) Resume(ctx context.Context, id string) error {
 	return s.withVM(id, func(_ *instance, v *vm.VM) error { return v.Resume(ctx) })
 }
 
-// Checkpoint writes the running VM's state into dir (vm.VM.Checkpoint);
-// the VM runs on.
+// Checkpoint writes the running VM's state into dir (vm.VM.Checkpoint),
+// signed with the node's key if it has one; the VM runs on.
 func (s *Service) Checkpoint(ctx context.Context, id, dir string) (vm.CheckpointResult, error) {
 	var res vm.CheckpointResult
 	err := s.withVM(id, func(_ *instance, v *vm.VM) error {
 		var err error
-		res, err = v.Checkpoint(ctx, dir)
-		return err
+		if res, err = v.Checkpoint(ctx, dir); err != nil || s.cfg.SigningKey == nil {
+			return err
+		}
+		return vm.SignCheckpoint(dir, s.cfg.SigningKey)
 	})
 	return res, err
 }

@@ -1,6 +1,14 @@
 package cri_test
 
 import (
+	"archive/tar"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"io"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -8,7 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/vmpod/vmpod/internal/testenv/ckptarchive"
+	"github.com/vmpod/vmpod/internal/testguest"
+	"github.com/vmpod/vmpod/pkg/checkpointimage"
 	"github.com/vmpod/vmpod/pkg/vm"
 )
 
@@ -17,10 +29,14 @@ import (
 // CRI-O's layout, the VM's state under checkpoint/ with the sums its
 // manifest gives, and the VM runs on in the same QEMU, its guest's
 // counter going on. A stopped container is refused, and nothing of it is
-// written.
+// written. The archive, made a checkpoint image (pkg/checkpointimage),
+// restores the VM in a new pod once the first is gone: the guest's
+// counter and uptime go on, and the new pod's interface has the guest's
+// MAC; the same image without the node's signature is refused.
 func TestCrictlCheckpoint(t *testing.T) {
 	n := newNode(t)
 	ref := n.serveImage()
+	n.serverArgs = signingKeys(t, n.dir)
 	n.start()
 	n.must("pull", ref)
 	podCfg, ctrCfg := n.configs(ref, n.cgroup)
@@ -40,8 +56,16 @@ func TestCrictlCheckpoint(t *testing.T) {
 		}
 		return c
 	}
+	uptime := func(id string) float64 {
+		t.Helper()
+		f, err := strconv.ParseFloat(strings.Fields(n.must("exec", "-s", id, "cat", "/proc/uptime"))[0], 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
 	time.Sleep(time.Second)
-	before := counter()
+	before, upBefore := counter(), uptime(id)
 
 	archive := filepath.Join(t.TempDir(), "checkpoint.tar")
 	start := time.Now()
@@ -67,6 +91,8 @@ func TestCrictlCheckpoint(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 
+
+	// A stopped container is refused, writing nothing.
 	n.must("stop", "--timeout", "30", id)
 	refused := filepath.Join(t.TempDir(), "refused.tar")
 	if out, err := n.crictlRun(time.Minute, "checkpoint", "--export="+refused, id); err == nil || !strings.Contains(out+err.Error(), "only a running container") {
@@ -78,7 +104,159 @@ func TestCrictlCheckpoint(t *testing.T) {
 	n.must("rm", id)
 	n.must("stopp", podID)
 	n.must("rmp", podID)
-	n.must("rmi", ref)
+
+	// The checkpoint as an image, restored in a new pod: the guest goes
+	// on (its counter and uptime), with the checkpoint's MAC on the new
+	// pod's interface. Unsigned, it is refused.
+	base, err := testguest.OpenArchive(testguest.Archive(t), filepath.Join(n.dir, "oci-base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := checkpointimage.Build(base, archive, t.TempDir(), time.Unix(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	restoreRef := n.pushImage(img, "vmpod/test-guest:checkpoint")
+	unsigned, err := checkpointimage.Build(base, withoutFile(t, archive, "checkpoint/"+vm.CheckpointSignature), t.TempDir(), time.Unix(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unsignedRef := n.pushImage(unsigned, "vmpod/test-guest:unsigned")
+	n.must("pull", restoreRef)
+	n.must("pull", unsignedRef)
+	pod2 := n.writeJSON("pod-restored.json", map[string]any{
+		"metadata":      map[string]any{"name": "moved", "namespace": "default", "uid": "7e57-c41-0c02", "attempt": 0},
+		"hostname":      "moved",
+		"log_directory": filepath.Join(n.dir, "logs", "moved"),
+		"linux":         map[string]any{"cgroup_parent": n.cgroup},
+	})
+	pod2ID := strings.TrimSpace(n.must("runp", pod2))
+	bad := n.ctrConfig("vm-unsigned.json", unsignedRef, 0, nil)
+	if out, err := n.crictlRun(time.Minute, "create", pod2ID, bad, pod2); err == nil || !strings.Contains(out+err.Error(), "not signed") {
+		t.Errorf("a container of an unsigned checkpoint image: %q, %v; want it refused as not signed", out, err)
+	}
+	restored := n.ctrConfig("vm-restored.json", restoreRef, 0, nil)
+	id2 := strings.TrimSpace(n.must("create", pod2ID, restored, pod2))
+	start = time.Now()
+	n.must("start", id2)
+	for {
+		if _, err := n.crictlRun(10*time.Second, "exec", "-s", id2, "true"); err == nil {
+			break
+		} else if time.Since(start) > 2*time.Minute {
+			t.Fatalf("the restored guest's agent does not answer: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("restored: crictl start to the guest agent answering: %v", time.Since(start).Round(time.Millisecond))
+	counter2 := func() int {
+		t.Helper()
+		c, err := strconv.Atoi(strings.TrimSpace(n.must("exec", "-s", id2, "cat", "/run/counter")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	if c := counter2(); c < before {
+		t.Errorf("the restored guest's counter is at %d, below the %d before the checkpoint: it started over", c, before)
+	}
+	if up := uptime(id2); up < upBefore {
+		t.Errorf("the restored guest's uptime %.1f s is below the %.1f s before the checkpoint: it booted", up, upBefore)
+	}
+	first := counter2()
+	time.Sleep(time.Second)
+	if next := counter2(); next <= first {
+		t.Errorf("the restored guest's counter stands at %d", next)
+	}
+	if mac := n.podMAC(pod2ID); mac != m.MAC {
+		t.Errorf("the new pod's interface has MAC %s, want the checkpoint's %s", mac, m.MAC)
+	}
+
+	n.must("stop", "--timeout", "30", id2)
+	n.must("rm", id2)
+	n.must("stopp", pod2ID)
+	n.must("rmp", pod2ID)
+	n.must("rmi", ref, restoreRef, unsignedRef)
 	n.stop()
 	n.assertNothingLeft()
+}
+
+// withoutFile copies a tar archive without the entry name.
+func withoutFile(t *testing.T, archive, name string) string {
+	t.Helper()
+	in, err := os.Open(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	outPath := filepath.Join(t.TempDir(), filepath.Base(archive))
+	out, err := os.Create(outPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	tr, tw := tar.NewReader(in), tar.NewWriter(out)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.TrimPrefix(h.Name, "./") == name {
+			continue
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.Copy(tw, tr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return outPath
+}
+
+// podMAC is the MAC of the pod's interface, in its network namespace.
+func (n *node) podMAC(podID string) string {
+	n.t.Helper()
+	mac, err := inNetns(n.podNetns(podID), func() (string, error) {
+		l, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return "", err
+		}
+		return l.Attrs().HardwareAddr.String(), nil
+	})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return mac
+}
+
+// signingKeys writes an ed25519 key pair for the server's
+// --state-signing-key and --state-trust-keys, and returns the flags.
+func signingKeys(t *testing.T, dir string) []string {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	privDER, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pubDER, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, trust := filepath.Join(dir, "state.key"), filepath.Join(dir, "state.pub")
+	if err := os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: privDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(trust, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return []string{"--state-signing-key", key, "--state-trust-keys", trust}
 }

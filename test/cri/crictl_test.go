@@ -27,6 +27,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -55,6 +56,9 @@ type node struct {
 	logPath string
 	// serverArgs are more flags for vm-runtime cri.
 	serverArgs []string
+	// registry and pushHost are the test registry's host:port in the
+	// node's namespace and in the test's (serveImage).
+	registry, pushHost string
 }
 
 func TestCrictlVMPod(t *testing.T) {
@@ -559,16 +563,22 @@ func (n *node) serveImage() string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	host, pushHost := n.serveRegistry()
-	const repoTag = "vmpod/test-guest:v1"
-	r, err := name.ParseReference(pushHost + "/" + repoTag)
+	n.registry, n.pushHost = n.serveRegistry()
+	return n.pushImage(img, "vmpod/test-guest:v1")
+}
+
+// pushImage pushes img to the test registry serveImage started, as
+// repoTag, and returns its reference in the node's namespace.
+func (n *node) pushImage(img v1.Image, repoTag string) string {
+	t := n.t
+	r, err := name.ParseReference(n.pushHost + "/" + repoTag)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := remote.Write(r, img); err != nil {
-		t.Fatalf("push the test guest: %v", err)
+		t.Fatalf("push %s: %v", repoTag, err)
 	}
-	return host + "/" + repoTag
+	return n.registry + "/" + repoTag
 }
 
 // serveRegistry serves an empty registry on the node namespace's
