@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmpod/vmpod/internal/ociarchive"
 	"github.com/vmpod/vmpod/internal/testenv/ckptarchive"
 	"github.com/vmpod/vmpod/internal/testenv/containerd"
 	"github.com/vmpod/vmpod/internal/testguest"
+	"github.com/vmpod/vmpod/pkg/checkpointimage"
 	"github.com/vmpod/vmpod/pkg/vm"
 )
 
@@ -20,15 +22,18 @@ import (
 // archive holds the VM's state files under checkpoint/, flat, with the
 // manifest's sums matching, next to containerd's own config and status
 // dumps; the VM runs on in the same QEMU, its guest's counter going on.
+// Made a checkpoint image and imported, the checkpoint restores the VM in
+// a new pod once the first is gone: its counter and uptime go on.
 func TestCrictlCheckpoint(t *testing.T) {
 	state, err := os.MkdirTemp("/tmp", "vmpod-st-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(state) })
+	key, trust := ckptarchive.SigningKeys(t, t.TempDir())
 	c := containerd.Start(t, containerd.Options{
 		ShimDir:  shimDir(t),
-		VMDaemon: &containerd.VMDaemon{StateRoot: state},
+		VMDaemon: &containerd.VMDaemon{StateRoot: state, Args: []string{"--state-signing-key", key, "--state-trust-keys", trust}},
 	})
 	c.ImportImage(t, testguest.Archive(t))
 	pod := c.NewPodConfig("ckpt", "default", "7e57-0c01", nil)
@@ -50,8 +55,16 @@ func TestCrictlCheckpoint(t *testing.T) {
 		}
 		return n
 	}
+	uptime := func(id string) float64 {
+		t.Helper()
+		f, err := strconv.ParseFloat(strings.Fields(c.MustCrictl(t, "exec", "-s", id, "cat", "/proc/uptime"))[0], 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
 	time.Sleep(time.Second)
-	before := counter()
+	before, upBefore := counter(), uptime(id)
 
 	archive := filepath.Join(t.TempDir(), "checkpoint.tar")
 	start := time.Now()
@@ -81,6 +94,53 @@ func TestCrictlCheckpoint(t *testing.T) {
 	c.MustCrictl(t, "stop", "--timeout", "30", id)
 	c.MustCrictl(t, "rm", id)
 	c.StopRemovePod(t, podID)
+
+	// The checkpoint as an image (ctr images import), in a new pod: the
+	// guest goes on where it was.
+	base, err := testguest.OpenArchive(testguest.Archive(t), filepath.Join(t.TempDir(), "oci"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	img, err := checkpointimage.Build(base, archive, tmp, time.Unix(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const restoreRef = "localhost/vmpod/test-guest:checkpoint"
+	imgArchive := filepath.Join(tmp, "checkpoint.oci.tar")
+	if err := ociarchive.Write(imgArchive, img, restoreRef, time.Unix(0, 0)); err != nil {
+		t.Fatal(err)
+	}
+	c.ImportImage(t, imgArchive)
+	pod2 := c.NewPodConfig("moved", "default", "7e57-0c02", nil)
+	pod2ID := c.RunPod(t, pod2, "vmpod")
+	ctr2 := containerd.NewContainerConfig("vm", restoreRef)
+	ctr2.Linux.Resources = containerd.Resources(1000, 256<<20)
+	id2 := c.CreateContainer(t, pod2ID, ctr2, pod2)
+	start = time.Now()
+	c.MustCrictl(t, "start", id2)
+	for {
+		if _, err := c.Crictl(t, "exec", "-s", id2, "true"); err == nil {
+			break
+		} else if time.Since(start) > 2*time.Minute {
+			t.Fatalf("the restored guest's agent does not answer: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("restored: crictl start to the guest agent answering: %v", time.Since(start).Round(time.Millisecond))
+	out := c.MustCrictl(t, "exec", "-s", id2, "cat", "/run/counter")
+	if got, err := strconv.Atoi(strings.TrimSpace(out)); err != nil || got < before {
+		t.Errorf("the restored guest's counter is %q, below the %d before the checkpoint: it started over", out, before)
+	}
+	if up := uptime(id2); up < upBefore {
+		t.Errorf("the restored guest's uptime %.1f s is below the %.1f s before the checkpoint: it booted", up, upBefore)
+	}
+	c.MustCrictl(t, "stop", "--timeout", "30", id2)
+	c.MustCrictl(t, "rm", id2)
+	c.StopRemovePod(t, pod2ID)
+	if entries, _ := os.ReadDir(filepath.Join(state, "pods")); len(entries) > 0 {
+		t.Errorf("pod state left: %v", entries)
+	}
 }
 
 func fileSize(t *testing.T, path string) int64 {

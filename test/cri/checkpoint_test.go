@@ -1,14 +1,6 @@
 package cri_test
 
 import (
-	"archive/tar"
-	"crypto/ed25519"
-	"crypto/rand"
-	"crypto/x509"
-	"encoding/pem"
-	"errors"
-	"io"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -36,7 +28,8 @@ import (
 func TestCrictlCheckpoint(t *testing.T) {
 	n := newNode(t)
 	ref := n.serveImage()
-	n.serverArgs = signingKeys(t, n.dir)
+	key, trust := ckptarchive.SigningKeys(t, n.dir)
+	n.serverArgs = []string{"--state-signing-key", key, "--state-trust-keys", trust}
 	n.start()
 	n.must("pull", ref)
 	podCfg, ctrCfg := n.configs(ref, n.cgroup)
@@ -91,7 +84,6 @@ func TestCrictlCheckpoint(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 
-
 	// A stopped container is refused, writing nothing.
 	n.must("stop", "--timeout", "30", id)
 	refused := filepath.Join(t.TempDir(), "refused.tar")
@@ -117,7 +109,7 @@ func TestCrictlCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	restoreRef := n.pushImage(img, "vmpod/test-guest:checkpoint")
-	unsigned, err := checkpointimage.Build(base, withoutFile(t, archive, "checkpoint/"+vm.CheckpointSignature), t.TempDir(), time.Unix(0, 0))
+	unsigned, err := checkpointimage.Build(base, ckptarchive.Without(t, archive, "checkpoint/"+vm.CheckpointSignature), t.TempDir(), time.Unix(0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,45 +172,6 @@ func TestCrictlCheckpoint(t *testing.T) {
 	n.assertNothingLeft()
 }
 
-// withoutFile copies a tar archive without the entry name.
-func withoutFile(t *testing.T, archive, name string) string {
-	t.Helper()
-	in, err := os.Open(archive)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
-	outPath := filepath.Join(t.TempDir(), filepath.Base(archive))
-	out, err := os.Create(outPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer out.Close()
-	tr, tw := tar.NewReader(in), tar.NewWriter(out)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.TrimPrefix(h.Name, "./") == name {
-			continue
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.Copy(tw, tr); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return outPath
-}
-
 // podMAC is the MAC of the pod's interface, in its network namespace.
 func (n *node) podMAC(podID string) string {
 	n.t.Helper()
@@ -233,30 +186,4 @@ func (n *node) podMAC(podID string) string {
 		n.t.Fatal(err)
 	}
 	return mac
-}
-
-// signingKeys writes an ed25519 key pair for the server's
-// --state-signing-key and --state-trust-keys, and returns the flags.
-func signingKeys(t *testing.T, dir string) []string {
-	t.Helper()
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	privDER, err := x509.MarshalPKCS8PrivateKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pubDER, err := x509.MarshalPKIXPublicKey(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, trust := filepath.Join(dir, "state.key"), filepath.Join(dir, "state.pub")
-	if err := os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: privDER}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(trust, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return []string{"--state-signing-key", key, "--state-trust-keys", trust}
 }

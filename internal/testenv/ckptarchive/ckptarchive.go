@@ -1,6 +1,7 @@
 // Package ckptarchive checks a VM pod's checkpoint archive, as the
-// kubelet's checkpoint API has a runtime write it, for the tests of both
-// front doors.
+// kubelet's checkpoint API has a runtime write it, and makes what the
+// tests of both front doors need around one: signing keys, a damaged
+// copy.
 //
 // It may import pkg/vm (the checkpoint's file names and manifest) and the
 // standard library.
@@ -8,12 +9,17 @@ package ckptarchive
 
 import (
 	"archive/tar"
+	"crypto/ed25519"
+	"crypto/rand"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -83,4 +89,71 @@ func Check(t testing.TB, path string) vm.Manifest {
 		}
 	}
 	return m
+}
+
+// Without copies the tar archive without its entry name, into a temp
+// dir of t, and returns the copy.
+func Without(t testing.TB, archive, name string) string {
+	t.Helper()
+	in, err := os.Open(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	outPath := filepath.Join(t.TempDir(), filepath.Base(archive))
+	out, err := os.Create(outPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	tr, tw := tar.NewReader(in), tar.NewWriter(out)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.TrimPrefix(h.Name, "./") == name {
+			continue
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.Copy(tw, tr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return outPath
+}
+
+// SigningKeys writes a new ed25519 key pair into dir, as a node's
+// --state-signing-key and --state-trust-keys take them, and returns the
+// two files.
+func SigningKeys(t testing.TB, dir string) (key, trust string) {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	privDER, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pubDER, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, trust = filepath.Join(dir, "state.key"), filepath.Join(dir, "state.pub")
+	if err := os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: privDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(trust, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return key, trust
 }
