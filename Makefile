@@ -84,6 +84,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDomainXML$$' -fuzztime $(FUZZTIME) ./pkg/convert
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 200x ./pkg/host
 	$(GO) test -run '^$$' -fuzz '^FuzzReadHeader$$' -fuzztime $(FUZZTIME) ./internal/qcow2
+	$(GO) test -run '^$$' -fuzz '^FuzzReadCheckpoint$$' -fuzztime $(FUZZTIME) ./pkg/vm
 
 # One table per area, each with its references measured in the same run
 # (docs/benchmarks.md): a VM pod's start phases next to libvirt's
