@@ -273,6 +273,11 @@ cert admin "/O=system:masters/CN=vmpod-local-admin"
 # system:node-proxier's binding).
 cert controller-manager "/CN=system:kube-controller-manager"
 cert kube-proxy "/CN=system:kube-proxy"
+# One key pair for both nodes' checkpoints (docs/day2.md): each signs what
+# it writes, and each restores what either signed.
+openssl_quiet genpkey -algorithm ed25519 -out "$pki/state.key"
+openssl_quiet pkey -in "$pki/state.key" -pubout -out "$pki/state.pub"
+STATE_KEYS=(--state-signing-key "$pki/state.key" --state-trust-keys "$pki/state.pub")
 cert node "/O=system:nodes/CN=system:node:$NAME"
 if ((CRI_NODE)); then
 	cert kubelet-vm "/CN=system:node:$VM_NAME" "IP:$VM_NODE_IP,DNS:$VM_NAME"
@@ -371,7 +376,8 @@ mkdir -p "$CAPS_CACHE"
 log "starting vm-runtime daemon (the node's VMs, for the shims)"
 # Under restart-always.sh, as the unit's Restart=always: test/e2e kills it.
 start vmd env RESTART_ALWAYS_HOLD="$RUN/node-down" "$repo/hack/local/restart-always.sh" env TMPDIR="$RUN/tmp" "$STATE/bin/vm-runtime" daemon --socket "$RUN/vmd.sock" \
-	--state-root "$STATE/vm" --capabilities-cache "$CAPS_CACHE" --metrics-address "127.0.0.1:$NODE_METRICS_PORT" --containerd-state-dir "$(realpath -m "$RUN/containerd/state")"
+	--state-root "$STATE/vm" --capabilities-cache "$CAPS_CACHE" --metrics-address "127.0.0.1:$NODE_METRICS_PORT" --containerd-state-dir "$(realpath -m "$RUN/containerd/state")" \
+	"${STATE_KEYS[@]}"
 wait_for "vm-runtime daemon" 60 in_node test -S "$RUN/vmd.sock" || die "vm-runtime daemon did not serve $RUN/vmd.sock within 60s"
 # The shims inherit containerd's environment: the daemon's socket. Under
 # restart-always.sh, as containerd's unit restarts it: test/e2e kills it.
@@ -414,7 +420,7 @@ if ((CRI_NODE)); then
 	start_in holder-vm cri env RESTART_ALWAYS_HOLD="$VM_RUN/node-down" "$repo/hack/local/restart-always.sh" env TMPDIR="$RUN/tmp" "$STATE/bin/vm-runtime" cri --listen "unix://$VM_RUN/cri.sock" \
 		--state-root "$VM_STATE/cri" --netns-dir "$VM_RUN/netns" --cni-conf-dir "$VM_STATE/cni/net.d" --cni-bin-dir /usr/lib/cni \
 		--capabilities-cache "$CAPS_CACHE" --qemu-uids "$VM_QEMU_UIDS" --default-cgroup-parent "$VM_CGROUP_ROOT/vmpod" \
-		--cgroup-driver cgroupfs --metrics-address "127.0.0.1:$VM_METRICS_PORT"
+		--cgroup-driver cgroupfs --metrics-address "127.0.0.1:$VM_METRICS_PORT" "${STATE_KEYS[@]}"
 	start_in holder-vm registry env TMPDIR="$RUN/tmp" "$BIN/vmpod-local-registry" -listen 127.0.0.1:80 \
 		-archive "$guest_dir/containerdisk.oci.tar" -image "${IMAGE#localhost/}" -archive "${images[1]}" -image "${BUSYBOX_IMAGE#localhost/}"
 	printf 'runtime-endpoint: unix://%s\nimage-endpoint: unix://%s\n' "$VM_RUN/cri.sock" "$VM_RUN/cri.sock" >"$VM_STATE/crictl.yaml"
