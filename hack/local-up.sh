@@ -523,6 +523,7 @@ export VMPOD_E2E_KUBECTL=$BIN/kubectl
 export VMPOD_E2E_BUSYBOX_IMAGE=$BUSYBOX_IMAGE
 export VMPOD_E2E_NODE_IP=$NODE_IP
 export VMPOD_E2E_BLOCK_CLASS=$BLOCK_CLASS
+export VMPOD_E2E_CTR="nsenter --target $(holder_pid) --mount --net -- $BIN/ctr --address $RUN/containerd.sock -n k8s.io"
 EOF
 if ((CRI_NODE)); then
 	cat >>"$OUT/env" <<EOF
@@ -535,6 +536,10 @@ export VMPOD_E2E_CRI_NODE_VOLATILE="$VM_RUN/netns $VM_RUN/cri.sock"
 export VMPOD_E2E_CRI_METRICS_URL=http://127.0.0.1:$VM_METRICS_PORT/metrics
 export VMPOD_E2E_CRI_NETNS_DIR=$VM_RUN/netns
 export VMPOD_E2E_CRI_CGROUP_ROOT=$VM_CGROUP_ROOT
+# The node's registry (vmpod-local-registry), on the loopback of its
+# network namespace: test/e2e pushes checkpoint images there.
+export VMPOD_E2E_CRI_REGISTRY=127.0.0.1:80
+export VMPOD_E2E_CRI_NETNS=/proc/$(holder_pid holder-vm)/ns/net
 EOF
 fi
 trap - ERR

@@ -1,0 +1,199 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/vmpod/vmpod/internal/nsthread"
+	"github.com/vmpod/vmpod/internal/ociarchive"
+	"github.com/vmpod/vmpod/internal/testenv/ckptarchive"
+	"github.com/vmpod/vmpod/internal/testguest"
+	"github.com/vmpod/vmpod/pkg/checkpointimage"
+)
+
+// TestCheckpointMove moves a running VM pod to the other node, memory and
+// all, through Kubernetes' own APIs: the kubelet's checkpoint API on the
+// pod's node writes the archive, vm-runtime checkpoint-image makes it an
+// image, which reaches the other node (ctr import on the containerd node,
+// the node's registry for the VM-only node), and a pod of that image
+// there starts where the first VM was: the guest's counter and uptime go
+// on, with no restart. Both directions: containerd -> VM-only node, and
+// back.
+func TestCheckpointMove(t *testing.T) {
+	checkLeaks(t)
+	doors := frontDoors(t)
+	if os.Getenv("VMPOD_E2E_CTR") == "" || os.Getenv("VMPOD_E2E_CRI_REGISTRY") == "" || os.Getenv("VMPOD_E2E_CRI_NETNS") == "" {
+		t.Fatal("VMPOD_E2E_CTR, VMPOD_E2E_CRI_REGISTRY and VMPOD_E2E_CRI_NETNS are needed (hack/local-up.sh writes them)")
+	}
+	base, err := testguest.OpenArchive(testguest.Archive(t), filepath.Join(t.TempDir(), "oci"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range [][2]frontDoor{{doors[0], doors[1]}, {doors[1], doors[0]}} {
+		from, to := dir[0], dir[1]
+		t.Run(from.name+"-to-"+to.name, func(t *testing.T) { moveVM(t, base, from, to) })
+	}
+}
+
+func moveVM(t *testing.T, base v1.Image, from, to frontDoor) {
+	ctx := context.Background()
+	// No service account token: a guest with virtio-fs shares cannot be
+	// checkpointed (docs/day2.md).
+	src := makePod("ckpt").grace(10)
+	src.pod.Spec.AutomountServiceAccountToken = new(false)
+	from.place(&src.pod.Spec)
+	p := create(t, src.obj())
+	waitLog(t, p.Name, "VMPOD-GUEST: ready")
+	p = waitRunning(t, p.Name)
+	kubectlOK(t, p.Name, "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /run/counter; sleep 0.1; done' </dev/null >/dev/null 2>&1 &")
+	time.Sleep(time.Second)
+	before, upBefore := guestInt(t, p.Name, "cat /run/counter"), guestUptime(t, p.Name)
+
+	// The kubelet's checkpoint API, through the API server's node proxy.
+	start := time.Now()
+	raw, err := client.CoreV1().RESTClient().Post().AbsPath("/api/v1/nodes", p.Spec.NodeName, "proxy", "checkpoint", namespace, p.Name, "vm").DoRaw(ctx)
+	if err != nil {
+		t.Fatalf("checkpoint through the kubelet: %v: %s", err, raw)
+	}
+	took := time.Since(start)
+	var reply struct{ Items []string }
+	if err := json.Unmarshal(raw, &reply); err != nil || len(reply.Items) != 1 {
+		t.Fatalf("the kubelet's checkpoint reply %s: %v", raw, err)
+	}
+	onNode := reply.Items[0]
+	archive := filepath.Join(t.TempDir(), "checkpoint.tar")
+	data, err := from.node.run(ctx, `cat "$1" && rm -f "$1"`, onNode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(archive, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m := ckptarchive.Check(t, archive)
+	t.Logf("%s: kubelet checkpoint API %v, archive %d bytes, guest paused %v", from.name, took.Round(time.Millisecond), len(data), m.Paused.Round(time.Millisecond))
+	if st := getPod(t, p.Name).Status.ContainerStatuses; len(st) != 1 || st[0].RestartCount != 0 || st[0].State.Running == nil {
+		t.Errorf("the checkpointed pod's container after the checkpoint: %+v, want it running, never restarted", st)
+	}
+	deletePod(t, p.Name)
+
+	ref := "localhost/vmpod/test-guest:" + uniqueName("moved")
+	img, err := checkpointimage.Build(base, archive, t.TempDir(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deliver(t, to, img, ref)
+
+	dst := makePod("moved").grace(10)
+	dst.pod.Spec.AutomountServiceAccountToken = new(false)
+	dst.pod.Spec.Containers[0].Image = ref
+	to.place(&dst.pod.Spec)
+	q := create(t, dst.obj())
+	start = time.Now()
+	q = waitRunning(t, q.Name)
+	var counter int
+	if !poll(2*time.Minute, func() bool {
+		out, _, code, err := kubectlNoFatal(30*time.Second, "exec", q.Name, "--", "cat", "/run/counter")
+		if err != nil || code != 0 {
+			return false
+		}
+		counter, err = strconv.Atoi(strings.TrimSpace(out))
+		return err == nil
+	}) {
+		t.Fatalf("the restored guest on %s does not answer: %s", to.name, describe(q.Name))
+	}
+	t.Logf("%s: restored pod created to the guest answering an exec: %v", to.name, time.Since(start).Round(time.Millisecond))
+	if counter < before {
+		t.Errorf("the restored guest's counter is at %d, below the %d it had before the checkpoint: it started over", counter, before)
+	}
+	if up := guestUptime(t, q.Name); up < upBefore {
+		t.Errorf("the restored guest's uptime %.1f s is below the %.1f s before the checkpoint: it booted", up, upBefore)
+	}
+	if next := guestInt(t, q.Name, "sleep 1; cat /run/counter"); next <= counter {
+		t.Errorf("the restored guest's counter stands at %d", next)
+	}
+	if st := getPod(t, q.Name).Status.ContainerStatuses; len(st) != 1 || st[0].RestartCount != 0 {
+		t.Errorf("the restored pod's container: %+v, want no restart", st)
+	}
+}
+
+// deliver puts img on the door's node as ref: imported into containerd,
+// or pushed to the VM-only node's registry (on its own loopback).
+func deliver(t *testing.T, to frontDoor, img v1.Image, ref string) {
+	t.Helper()
+	if to.node == node {
+		archive := filepath.Join(t.TempDir(), "image.oci.tar")
+		if err := ociarchive.Write(archive, img, ref, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		ctr := strings.Fields(os.Getenv("VMPOD_E2E_CTR"))
+		out, err := exec.Command(ctr[0], append(ctr[1:], "images", "import", "--platform", "linux/amd64", archive)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("ctr images import: %v: %s", err, out)
+		}
+		t.Cleanup(func() { exec.Command(ctr[0], append(ctr[1:], "images", "rm", ref)...).Run() })
+		return
+	}
+	netnsPath := os.Getenv("VMPOD_E2E_CRI_NETNS")
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var c net.Conn
+		err := nsthread.InNetns(netnsPath, func() error {
+			var err error
+			c, err = (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, network, addr)
+			return err
+		})
+		return c, err
+	}
+	r, err := name.ParseReference(strings.Replace(ref, "localhost", os.Getenv("VMPOD_E2E_CRI_REGISTRY"), 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(r, img, remote.WithTransport(&http.Transport{DialContext: dial})); err != nil {
+		t.Fatalf("push %s to the VM-only node's registry: %v", ref, err)
+	}
+}
+
+// kubectlOK runs a shell script in the pod's guest and fails the test
+// unless it succeeds.
+func kubectlOK(t *testing.T, pod, script string) string {
+	t.Helper()
+	out, errOut, code := kubectl(t, time.Minute, "exec", pod, "--", "sh", "-c", script)
+	if code != 0 {
+		t.Fatalf("exec %q in %s: exit %d: %s", script, pod, code, errOut)
+	}
+	return out
+}
+
+func guestInt(t *testing.T, pod, script string) int {
+	t.Helper()
+	out := kubectlOK(t, pod, script)
+	n, err := strconv.Atoi(strings.TrimSpace(out))
+	if err != nil {
+		t.Fatalf("%q in %s: %q", script, pod, out)
+	}
+	return n
+}
+
+func guestUptime(t *testing.T, pod string) float64 {
+	t.Helper()
+	out := kubectlOK(t, pod, "cat /proc/uptime")
+	f, err := strconv.ParseFloat(strings.Fields(out)[0], 64)
+	if err != nil {
+		t.Fatalf("uptime in %s: %q", pod, out)
+	}
+	return f
+}
