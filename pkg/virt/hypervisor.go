@@ -157,6 +157,12 @@ type SnapshotRequest struct {
 	// Top is an empty qcow2 whose backing file is the disk's file: the
 	// disk's writes go there from the snapshot on.
 	Top string
+	// Emulator, when set, is the emulator the state file's definition
+	// names instead of the domain's own (vmpod's jailer link, whose path
+	// is the node's): libvirt parses that definition whenever it reads
+	// the file and refuses it where its emulator is missing, so a state
+	// file meant for other nodes names one they all have (QEMU itself).
+	Emulator string
 }
 
 // StartOptions tune Start.

@@ -152,7 +152,8 @@ func (v *VM) Checkpoint(ctx context.Context, dir string) (_ CheckpointResult, re
 
 	written = append(written, CheckpointState)
 	snapped := time.Now()
-	err = v.hv.Snapshot(ctx, v.spec.Name, virt.SnapshotRequest{StateFile: filepath.Join(dir, CheckpointState), Disk: disk, Top: top})
+	err = v.hv.Snapshot(ctx, v.spec.Name, virt.SnapshotRequest{StateFile: filepath.Join(dir, CheckpointState), Disk: disk, Top: top,
+		Emulator: v.host.Emulator})
 	// The guest runs again whatever happened: the disk layers are active
 	// again only once it does, and the merge below needs them.
 	rerr := v.hv.Resume(context.WithoutCancel(ctx), v.spec.Name)

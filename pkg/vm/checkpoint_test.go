@@ -16,26 +16,18 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/vmpod/vmpod/internal/qcow2"
+	"github.com/vmpod/vmpod/pkg/jail"
 	"github.com/vmpod/vmpod/pkg/vm"
 )
 
 // startPlain boots the test guest without volumes, jailed, and waits for
 // it to be ready.
-func startPlain(ctx context.Context, t testing.TB, name string) (*vm.VM, vm.Request) {
+func startPlain(ctx context.Context, t testing.TB, name string, edit func(*vm.Request)) (*vm.VM, vm.Request) {
 	t.Helper()
-	rt, h, root := runtimeForTest(t)
-	dir, err := os.MkdirTemp(root, "pod-")
+	v, req, err := newVM(ctx, t, name, edit)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rec records
-	req := lifecycleRequest(t, "boot-pod.yaml", name, dir, &rec)
-	req.Jail = jailForTest(t, root, dir)
-	v, err := vm.Create(ctx, req, func(context.Context) (vm.Env, error) { return vm.Env{Runtime: rt, Host: h}, nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = v.Delete(context.Background()) })
 	if _, err := v.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +74,7 @@ func readCounter(ctx context.Context, t testing.TB, v *vm.VM) int {
 func TestVMCheckpoint(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	v, req := startPlain(ctx, t, "checkpoint")
+	v, req := startPlain(ctx, t, "checkpoint", nil)
 	l := req.Layout
 	guestSh(ctx, t, v, `echo before > /mnt/before && sync`)
 	startCounter(ctx, t, v)
@@ -276,7 +268,16 @@ func assertNoDomain(ctx context.Context, t testing.TB, name string) {
 func TestVMRestore(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	src, srcReq := startPlain(ctx, t, "restore-src")
+	// The first VM's emulator is a jailer link of its own, gone before the
+	// restore, as another node's is: the state file must not need it.
+	otherNode := t.TempDir()
+	src, srcReq := startPlain(ctx, t, "restore-src", func(r *vm.Request) {
+		link, err := jail.LinkEmulator(otherNode)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Jail.Jailer = link
+	})
 	domain := srcReq.Spec.Name
 	guestSh(ctx, t, src, `echo before > /mnt/before && sync`)
 	startCounter(ctx, t, src)
@@ -297,6 +298,9 @@ func TestVMRestore(t *testing.T) {
 	}
 	guestSh(ctx, t, src, `echo after > /mnt/after && sync`)
 	if err := src.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(otherNode); err != nil {
 		t.Fatal(err)
 	}
 

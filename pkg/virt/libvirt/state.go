@@ -66,7 +66,39 @@ func (c *Conn) Snapshot(ctx context.Context, name string, req virt.SnapshotReque
 	if err != nil {
 		return classify(err, what)
 	}
-	return classify(s.Free(), what)
+	if err := s.Free(); err != nil {
+		return classify(err, what)
+	}
+	if req.Emulator == "" {
+		return nil
+	}
+	return c.renameEmulator(req.StateFile, req.Emulator)
+}
+
+// renameEmulator has the definition in the state file name emulator.
+// libvirt rewrites it in place (it leaves 64 KiB of room after the
+// definition for this), after checking that the new definition describes
+// the same guest, which the emulator's path is not part of; it parses the
+// old one first, so this runs where the old emulator exists: on the node
+// that wrote the file.
+func (c *Conn) renameEmulator(file, emulator string) error {
+	what := "state file " + file + ": name emulator " + emulator
+	x, err := c.conn.DomainSaveImageGetXMLDesc(file, lv.DOMAIN_SAVE_IMAGE_XML_SECURE)
+	if err != nil {
+		return classify(err, what)
+	}
+	var dom libvirtxml.Domain
+	if err := dom.Unmarshal(x); err != nil {
+		return fmt.Errorf("%s: %w: %v", what, errdefs.ErrInternal, err)
+	}
+	if dom.Devices == nil {
+		return fmt.Errorf("%s: %w: the definition has no devices", what, errdefs.ErrInternal)
+	}
+	dom.Devices.Emulator = emulator
+	if x, err = dom.Marshal(); err != nil {
+		return fmt.Errorf("%s: %w: %v", what, errdefs.ErrInternal, err)
+	}
+	return classify(c.conn.DomainSaveImageDefineXML(file, x, 0), what)
 }
 
 // snapshotXML is the snapshot of req for the live definition dom.
