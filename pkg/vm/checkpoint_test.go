@@ -16,6 +16,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/vmpod/vmpod/internal/qcow2"
+	"github.com/vmpod/vmpod/internal/testenv/ckptarchive"
 	"github.com/vmpod/vmpod/pkg/jail"
 	"github.com/vmpod/vmpod/pkg/vm"
 )
@@ -51,7 +52,7 @@ func guestSh(ctx context.Context, t testing.TB, v *vm.VM, script string) string 
 // startCounter starts a counter in the guest that counts every 100 ms
 // into /run/counter (readCounter).
 func startCounter(ctx context.Context, t testing.TB, v *vm.VM) {
-	guestSh(ctx, t, v, `setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /run/counter; sleep 0.1; done' </dev/null >/dev/null 2>&1 &`)
+	guestSh(ctx, t, v, ckptarchive.CounterScript)
 }
 
 // readCounter reads the counter startCounter runs in a guest.

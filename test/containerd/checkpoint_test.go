@@ -44,8 +44,7 @@ func TestCrictlCheckpoint(t *testing.T) {
 	c.MustCrictl(t, "start", id)
 	waitLogs(t, c, id, "VMPOD-GUEST: ready", 3*time.Minute)
 	pid := qemuPID(t, c, id)
-	c.MustCrictl(t, "exec", "-s", id, "sh", "-c",
-		`setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /run/counter; sleep 0.1; done' </dev/null >/dev/null 2>&1 &`)
+	c.MustCrictl(t, "exec", "-s", id, "sh", "-c", ckptarchive.CounterScript)
 	counter := func() int {
 		t.Helper()
 		out := c.MustCrictl(t, "exec", "-s", id, "cat", "/run/counter")

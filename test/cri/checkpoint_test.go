@@ -38,8 +38,7 @@ func TestCrictlCheckpoint(t *testing.T) {
 	n.must("start", id)
 	n.waitLogs(id, "VMPOD-GUEST: ready", 3*time.Minute)
 	pid := n.qemuPID()
-	n.must("exec", "-s", id, "sh", "-c",
-		`setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /run/counter; sleep 0.1; done' </dev/null >/dev/null 2>&1 &`)
+	n.must("exec", "-s", id, "sh", "-c", ckptarchive.CounterScript)
 	counter := func() int {
 		t.Helper()
 		out := n.must("exec", "-s", id, "cat", "/run/counter")

@@ -60,7 +60,7 @@ func moveVM(t *testing.T, base v1.Image, from, to frontDoor) {
 	p := create(t, src.obj())
 	waitLog(t, p.Name, "VMPOD-GUEST: ready")
 	p = waitRunning(t, p.Name)
-	kubectlOK(t, p.Name, "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /run/counter; sleep 0.1; done' </dev/null >/dev/null 2>&1 &")
+	kubectlOK(t, p.Name, ckptarchive.CounterScript)
 	time.Sleep(time.Second)
 	before, upBefore := guestInt(t, p.Name, "cat /run/counter"), guestUptime(t, p.Name)
 

@@ -27,6 +27,11 @@ import (
 	"github.com/vmpod/vmpod/pkg/vm"
 )
 
+// CounterScript, run in a guest (sh -c), starts a counter that counts
+// every 100 ms into /run/counter and returns: after a restore it goes on
+// from where the checkpoint left it, after a boot it starts over.
+const CounterScript = `setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /run/counter; sleep 0.1; done' </dev/null >/dev/null 2>&1 &`
+
 // Check reads the archive at path and fails t unless it holds a VM's
 // checkpoint in the layout containerd and CRI-O write (checkpointctl's):
 // the state files under checkpoint/, each with the size and SHA-256 its

@@ -34,21 +34,11 @@ func (c *Conn) Snapshot(ctx context.Context, name string, req virt.SnapshotReque
 	if _, err := os.Lstat(req.StateFile); !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("%s: %w: state file %s exists", what, errdefs.ErrInvalidArgument, req.StateFile)
 	}
-	d, st, err := c.domainState(ctx, name)
+	d, st, dom, err := c.runningQEMU(ctx, name, what, "keeps no memory")
 	if err != nil {
 		return err
 	}
 	defer d.Free()
-	if !st.Active() {
-		return fmt.Errorf("%s: %w: %s", what, errdefs.ErrFailedPrecondition, st)
-	}
-	if c.root == "" {
-		return fmt.Errorf("%s: %w: the test driver keeps no memory", what, errdefs.ErrNotImplemented)
-	}
-	dom, _, err := liveDefinition(d, name)
-	if err != nil {
-		return err
-	}
 	snap, err := snapshotXML(dom, req)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
@@ -101,6 +91,32 @@ func (c *Conn) renameEmulator(file, emulator string) error {
 	return classify(c.conn.DomainSaveImageDefineXML(file, x, 0), what)
 }
 
+// runningQEMU looks up a running or paused domain for an operation (what)
+// that needs QEMU, and reads its live definition: FailedPrecondition when
+// it does not run, NotImplemented on the test driver, which lacks what
+// the operation needs. The caller frees d.
+func (c *Conn) runningQEMU(ctx context.Context, name, what, lacks string) (*lv.Domain, virt.State, *libvirtxml.Domain, error) {
+	d, st, err := c.domainState(ctx, name)
+	if err != nil {
+		return nil, st, nil, err
+	}
+	fail := func(err error) (*lv.Domain, virt.State, *libvirtxml.Domain, error) {
+		d.Free()
+		return nil, st, nil, err
+	}
+	if !st.Active() {
+		return fail(fmt.Errorf("%s: %w: %s", what, errdefs.ErrFailedPrecondition, st))
+	}
+	if c.root == "" {
+		return fail(fmt.Errorf("%s: %w: the test driver %s", what, errdefs.ErrNotImplemented, lacks))
+	}
+	dom, _, err := liveDefinition(d, name)
+	if err != nil {
+		return fail(err)
+	}
+	return d, st, dom, nil
+}
+
 // snapshotXML is the snapshot of req for the live definition dom.
 func snapshotXML(dom *libvirtxml.Domain, req virt.SnapshotRequest) (string, error) {
 	s := libvirtxml.DomainSnapshot{
@@ -143,21 +159,11 @@ const commitPoll = 20 * time.Millisecond
 // abandoned and the disk stays on its top layer.
 func (c *Conn) CommitTop(ctx context.Context, name, top string) error {
 	what := fmt.Sprintf("commit %s into the disk below it in %s", top, subject(name))
-	d, st, err := c.domainState(ctx, name)
+	d, _, dom, err := c.runningQEMU(ctx, name, what, "has no block jobs")
 	if err != nil {
 		return err
 	}
 	defer d.Free()
-	if !st.Active() {
-		return fmt.Errorf("%s: %w: %s", what, errdefs.ErrFailedPrecondition, st)
-	}
-	if c.root == "" {
-		return fmt.Errorf("%s: %w: the test driver has no block jobs", what, errdefs.ErrNotImplemented)
-	}
-	dom, _, err := liveDefinition(d, name)
-	if err != nil {
-		return err
-	}
 	target, base, err := belowTop(dom, top)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
