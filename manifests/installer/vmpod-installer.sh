@@ -552,7 +552,7 @@ run)
 	esac
 	sleeper=
 	stop() {
-		# The sleep would outlive the script (and hold its stdout open).
+		# The sleep would outlive the script.
 		if [ -n "$sleeper" ]; then kill "$sleeper" 2>/dev/null || true; fi
 		if [ "$VMPOD_UNINSTALL_ON_STOP" = true ]; then
 			do_uninstall
@@ -564,13 +564,16 @@ run)
 	trap stop TERM INT
 	if [ -n "$stopping" ]; then stop; fi
 	# sleep in the background so the trap runs as soon as the signal comes;
-	# the first one starts before the pod says it is ready.
-	sleep 3600 &
+	# the first one starts before the pod says it is ready. The shell may
+	# take a signal that interrupted wait only once the next sleep has
+	# started, before $! is read: the trap then misses that sleep, so no
+	# sleep holds the script's output open (a reader would wait for it).
+	sleep 3600 >/dev/null 2>&1 &
 	sleeper=$!
 	log "$ready"
 	while :; do
 		wait "$sleeper" || true
-		sleep 3600 &
+		sleep 3600 >/dev/null 2>&1 &
 		sleeper=$!
 	done
 	;;
