@@ -99,6 +99,16 @@ type Hypervisor interface {
 	// not a whole state file; FailedPrecondition when the domain runs.
 	Restore(ctx context.Context, name, file string) error
 
+	// SetLink takes the link of each of a running or paused domain's
+	// network interfaces down or up, as a cable pulled and plugged in:
+	// the guest sees its carrier go and come back. A restored guest is
+	// told so that it is on another network, and its DHCP client asks
+	// for its address again. FailedPrecondition when it is not running;
+	// nil when it has no interface or each is in that state already;
+	// NotImplemented where the hypervisor cannot update devices
+	// (libvirt's test driver).
+	SetLink(ctx context.Context, name string, up bool) error
+
 	// Shutdown presses the ACPI power button and returns; the guest decides
 	// whether and when it powers off (watch Events or Info).
 	// FailedPrecondition if not running.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
 
 	"github.com/vmpod/vmpod/pkg/convert"
 	"github.com/vmpod/vmpod/pkg/host"
@@ -348,11 +349,49 @@ func (m *Machine) Start(ctx context.Context, prepare Prepare) (retErr error) {
 		}
 		watch.lap("prepare")
 	}
+	if m.restoreFrom != "" {
+		// The guest wakes on the pod's network with the address it had
+		// on the one it was saved on: it finds its link down and, once
+		// it comes back (relink), asks for its address again.
+		if err := m.hv.SetLink(ctx, m.name, false); err != nil {
+			return err
+		}
+	}
 	if err := m.hv.Resume(ctx, m.name); err != nil {
 		return err
 	}
 	watch.lap("resume")
+	if m.restoreFrom != "" {
+		go m.relink()
+	}
 	return nil
+}
+
+// relinkAfter is how long a restored guest's link stays down after it
+// runs: long enough for its kernel to see the carrier go (a config
+// interrupt, then a work item) before it comes back, or it sees no change
+// at all. Its old address is of no use meanwhile.
+var relinkAfter = 500 * time.Millisecond
+
+// relink brings a restored guest's link up again: a DHCP client that
+// follows the carrier (systemd-networkd's, NetworkManager's, the test
+// guest's) then leases the pod's address. A guest whose client does not
+// keeps the address it had; docs/day2.md says so.
+func (m *Machine) relink() {
+	select {
+	case <-m.exited:
+		return
+	case <-time.After(relinkAfter):
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := m.hv.SetLink(ctx, m.name, true); err != nil {
+		select {
+		case <-m.exited: // it stopped meanwhile
+		default:
+			log.L.WithError(err).WithField("vm", m.name).Warn("the restored guest's link stays down")
+		}
+	}
 }
 
 // watchQEMU takes a pidfd on QEMU (the hypervisor just reported it), for

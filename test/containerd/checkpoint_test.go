@@ -1,6 +1,7 @@
 package containerd_test
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -38,6 +39,7 @@ func TestCrictlCheckpoint(t *testing.T) {
 	c.ImportImage(t, testguest.Archive(t))
 	pod := c.NewPodConfig("ckpt", "default", "7e57-0c01", nil)
 	podID := c.RunPod(t, pod, "vmpod")
+	ip1 := c.InspectPod(t, podID).IP
 	ctr := containerd.NewContainerConfig("vm", testguest.Image)
 	ctr.Linux.Resources = containerd.Resources(1000, 256<<20)
 	id := c.CreateContainer(t, podID, ctr, pod)
@@ -133,6 +135,30 @@ func TestCrictlCheckpoint(t *testing.T) {
 	}
 	if up := uptime(id2); up < upBefore {
 		t.Errorf("the restored guest's uptime %.1f s is below the %.1f s before the checkpoint: it booted", up, upBefore)
+	}
+	// The guest leases the new pod's IP once vmpod has taken its link
+	// down and up, and its HTTP server answers there from the node.
+	ip2 := c.InspectPod(t, pod2ID).IP
+	if ip2 == ip1 {
+		t.Fatalf("the new pod has the first pod's IP %s: the test cannot tell a new lease from the old one", ip1)
+	}
+	for {
+		got, err := c.Crictl(t, "exec", "-s", id2, "cat", "/run/ip")
+		if err == nil && strings.HasPrefix(strings.TrimSpace(got), ip2+"/") {
+			break
+		} else if time.Since(start) > 2*time.Minute {
+			t.Fatalf("the restored guest has the address %q (%v), want the new pod's %s (the first pod's was %s)", got, err, ip2, ip1)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("restored: crictl start to the guest holding the new pod IP %s (it had %s): %v", ip2, ip1, time.Since(start).Round(time.Millisecond))
+	conn := dialInNode(t, c, ip2+":8080")
+	conn.SetDeadline(time.Now().Add(time.Minute))
+	io.WriteString(conn, "GET / HTTP/1.0\r\n\r\n")
+	reply, err := io.ReadAll(io.LimitReader(conn, 64<<10))
+	conn.Close()
+	if !strings.HasPrefix(string(reply), "HTTP/1.0 200 OK") {
+		t.Errorf("HTTP GET of the restored guest on the new pod IP %s: %q, %v; want 200", ip2, reply, err)
 	}
 	c.MustCrictl(t, "stop", "--timeout", "30", id2)
 	c.MustCrictl(t, "rm", id2)

@@ -1,6 +1,8 @@
 package cri_test
 
 import (
+	"io"
+	"net"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -23,8 +25,9 @@ import (
 // counter going on. A stopped container is refused, and nothing of it is
 // written. The archive, made a checkpoint image (pkg/checkpointimage),
 // restores the VM in a new pod once the first is gone: the guest's
-// counter and uptime go on, and the new pod's interface has the guest's
-// MAC; the same image without the node's signature is refused.
+// counter and uptime go on, the new pod's interface has the guest's MAC,
+// and the guest leases the new pod's IP and answers on it; the same image
+// without the node's signature is refused.
 func TestCrictlCheckpoint(t *testing.T) {
 	n := newNode(t)
 	ref := n.serveImage()
@@ -34,6 +37,7 @@ func TestCrictlCheckpoint(t *testing.T) {
 	n.must("pull", ref)
 	podCfg, ctrCfg := n.configs(ref, n.cgroup)
 	podID := strings.TrimSpace(n.must("runp", podCfg))
+	ip1 := n.podIP(podID)
 	id := strings.TrimSpace(n.must("create", podID, ctrCfg, podCfg))
 	n.must("start", id)
 	n.waitLogs(id, "VMPOD-GUEST: ready", 3*time.Minute)
@@ -161,6 +165,25 @@ func TestCrictlCheckpoint(t *testing.T) {
 	if mac := n.podMAC(pod2ID); mac != m.MAC {
 		t.Errorf("the new pod's interface has MAC %s, want the checkpoint's %s", mac, m.MAC)
 	}
+	// The new pod's address: the guest leases it once vmpod has taken its
+	// link down and up, and its HTTP server answers on it from the node.
+	ip2 := n.podIP(pod2ID)
+	if ip2 == ip1 {
+		t.Fatalf("the new pod has the first pod's IP %s: the test cannot tell a new lease from the old one", ip1)
+	}
+	for {
+		got, err := n.crictlRun(10*time.Second, "exec", "-s", id2, "cat", "/run/ip")
+		if err == nil && strings.HasPrefix(strings.TrimSpace(got), ip2+"/") {
+			break
+		} else if time.Since(start) > 2*time.Minute {
+			t.Fatalf("the restored guest has the address %q (%v), want the new pod's %s (the first pod's was %s)", got, err, ip2, ip1)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("restored: crictl start to the guest holding the new pod IP %s (it had %s): %v", ip2, ip1, time.Since(start).Round(time.Millisecond))
+	if reply, err := httpIn(n.nsPath, ip2+":8080"); err != nil || !strings.HasPrefix(reply, "HTTP/1.0 200 OK") {
+		t.Errorf("HTTP GET of the restored guest on the new pod IP %s: %q, %v; want 200", ip2, reply, err)
+	}
 
 	n.must("stop", "--timeout", "30", id2)
 	n.must("rm", id2)
@@ -185,4 +208,32 @@ func (n *node) podMAC(podID string) string {
 		n.t.Fatal(err)
 	}
 	return mac
+}
+
+// podIP is the pod's IP, as the server reports it.
+func (n *node) podIP(podID string) string {
+	var pod struct{ Status struct{ Network struct{ IP string } } }
+	n.mustJSON(&pod, "inspectp", podID)
+	if pod.Status.Network.IP == "" {
+		n.t.Fatalf("pod %s has no IP", podID)
+	}
+	return pod.Status.Network.IP
+}
+
+// httpIn is the reply to one HTTP GET of / at addr, from the network
+// namespace at path; bounded.
+func httpIn(path, addr string) (string, error) {
+	conn, err := inNetns(path, func() (net.Conn, error) { return net.DialTimeout("tcp", addr, 30*time.Second) })
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(time.Minute)); err != nil {
+		return "", err
+	}
+	if _, err := io.WriteString(conn, "GET / HTTP/1.0\r\n\r\n"); err != nil {
+		return "", err
+	}
+	reply, err := io.ReadAll(io.LimitReader(conn, 64<<10))
+	return string(reply), err
 }

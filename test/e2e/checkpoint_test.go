@@ -32,7 +32,8 @@ import (
 // image, which reaches the other node (ctr import on the containerd node,
 // the node's registry for the VM-only node), and a pod of that image
 // there starts where the first VM was: the guest's counter and uptime go
-// on, with no restart. Both directions: containerd -> VM-only node, and
+// on, with no restart, and its HTTP server answers on the new pod IP. Both
+// directions: containerd -> VM-only node, and
 // back.
 func TestCheckpointMove(t *testing.T) {
 	checkLeaks(t)
@@ -126,6 +127,16 @@ func moveVM(t *testing.T, base v1.Image, from, to frontDoor) {
 	if next := guestInt(t, q.Name, "sleep 1; cat /run/counter"); next <= counter {
 		t.Errorf("the restored guest's counter stands at %d", next)
 	}
+	// The guest's HTTP server, listening since before the checkpoint,
+	// answers on the new pod IP: the guest leased it when vmpod took its
+	// link down and up.
+	if out := to.node.httpGet(t, q.Status.PodIP); !strings.Contains(out, "200 OK") {
+		t.Errorf("the restored guest's HTTP server on the new pod IP %s: %q", q.Status.PodIP, out)
+	}
+	if ip := strings.TrimSpace(kubectlOK(t, q.Name, "cat /run/ip")); !strings.HasPrefix(ip, q.Status.PodIP+"/") {
+		t.Errorf("the restored guest has the address %s, want the new pod's %s (the first pod had %s)", ip, q.Status.PodIP, p.Status.PodIP)
+	}
+	t.Logf("%s: restored pod created to the guest answering HTTP on its new IP %s (it had %s): %v", to.name, q.Status.PodIP, p.Status.PodIP, time.Since(start).Round(time.Millisecond))
 	if st := getPod(t, q.Name).Status.ContainerStatuses; len(st) != 1 || st[0].RestartCount != 0 {
 		t.Errorf("the restored pod's container: %+v, want no restart", st)
 	}
