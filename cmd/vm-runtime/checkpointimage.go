@@ -9,6 +9,7 @@ import (
 
 	"github.com/vmpod/vmpod/internal/ociarchive"
 	"github.com/vmpod/vmpod/pkg/checkpointimage"
+	"github.com/vmpod/vmpod/pkg/vmspec"
 )
 
 // checkpointImageCmd: vm-runtime checkpoint-image, a checkpoint archive
@@ -43,6 +44,12 @@ func checkpointImageCmd(args []string) int {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "checkpoint-image:", err)
 		return 1
+	}
+	// Pods of the image restore only where QEMU offers the machine type
+	// the VM ran on: say how to keep them there.
+	if machine, err := checkpointimage.Machine(img); err == nil && machine != "" {
+		fmt.Printf("%s: a VM of machine type %s; give its pods the annotation %s: %q to place them on nodes whose QEMU offers it\n",
+			*name, machine, vmspec.AnnotationMachine, machine)
 	}
 	return 0
 }

@@ -51,7 +51,7 @@ func TestBuild(t *testing.T) {
 		"checkpoint/":                          "",
 		"checkpoint/" + vm.CheckpointState:     "state",
 		"checkpoint/" + vm.CheckpointDisk:      "disk",
-		"checkpoint/" + vm.CheckpointManifest:  "{}",
+		"checkpoint/" + vm.CheckpointManifest:  `{"machine":"pc-q35-7.2"}`,
 		"checkpoint/" + vm.CheckpointSignature: "sig",
 		"config.dump":                          "{}",
 		"rootfs-diff.tar":                      "",
@@ -65,6 +65,14 @@ func TestBuild(t *testing.T) {
 	layers, err := img.Layers()
 	if err != nil || len(layers) != 1 {
 		t.Fatalf("layers %d, %v; want one on the empty base", len(layers), err)
+	}
+	// Labelled with the machine type the VM ran on, for its pods'
+	// vmpod.io/machine annotation.
+	if m, err := checkpointimage.Machine(img); err != nil || m != "pc-q35-7.2" {
+		t.Errorf("the image's machine: %q, %v; want pc-q35-7.2", m, err)
+	}
+	if cf, err := img.ConfigFile(); err != nil || cf.Config.Labels["vmpod.io/machine"] != "pc-q35-7.2" {
+		t.Errorf("the image's labels: %+v, %v", cf, err)
 	}
 	rc := mutate.Extract(img)
 	defer rc.Close()

@@ -100,3 +100,17 @@ func differ(what, detail string) error {
 	}
 	return fmt.Errorf("the saved VM's %s differ from this spec's%s: %w", what, detail, errdefs.ErrInvalidArgument)
 }
+
+// SavedMachine is the machine type a saved definition names: the versioned
+// type the VM ran on (pc-q35-7.2 for a spec's q35), which a node must offer
+// to restore it.
+func SavedMachine(saved string) (string, error) {
+	var d libvirtxml.Domain
+	if err := d.Unmarshal(saved); err != nil {
+		return "", fmt.Errorf("saved definition: %v: %w", err, errdefs.ErrInvalidArgument)
+	}
+	if d.OS == nil || d.OS.Type == nil || d.OS.Type.Machine == "" {
+		return "", fmt.Errorf("saved definition names no machine type: %w", errdefs.ErrInvalidArgument)
+	}
+	return d.OS.Type.Machine, nil
+}

@@ -105,3 +105,25 @@ func TestRestored(t *testing.T) {
 		t.Errorf("a broken saved definition: %v, want InvalidArgument", err)
 	}
 }
+
+// SavedMachine reads the versioned machine type out of a saved definition.
+func TestSavedMachine(t *testing.T) {
+	d := domainFor(t, MakePod("m").CPU("1").Memory("256Mi"), nil)
+	d.OS.Type.Machine = "pc-q35-7.2" // as libvirt writes it once it ran
+	x, err := d.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := convert.SavedMachine(x); err != nil || m != "pc-q35-7.2" {
+		t.Errorf("SavedMachine = %q, %v; want pc-q35-7.2", m, err)
+	}
+	d.OS.Type.Machine = ""
+	if x, err = d.Marshal(); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{x, "<domain", ""} {
+		if _, err := convert.SavedMachine(bad); !errdefs.IsInvalidArgument(err) {
+			t.Errorf("SavedMachine(%.40q): %v, want InvalidArgument", bad, err)
+		}
+	}
+}

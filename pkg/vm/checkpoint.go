@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmpod/vmpod/internal/qcow2"
+	"github.com/vmpod/vmpod/pkg/convert"
 	"github.com/vmpod/vmpod/pkg/virt"
 	"github.com/vmpod/vmpod/pkg/vmspec"
 )
@@ -54,6 +55,13 @@ type Manifest struct {
 	// machine type are the Spec's and the state file's own definition
 	// names what they resolved to: a restore needs the same hardware.
 	Emulator string `json:"emulator"`
+	// Machine is the versioned machine type the VM ran on (pc-q35-7.2
+	// for the Spec's q35), which a node's QEMU must offer to load the
+	// state: newer QEMUs keep offering the older types for exactly that.
+	// A pod that names it (vmpod.io/machine) is placed on such nodes by
+	// the scheduler plugin. Empty in checkpoints taken before it was
+	// recorded.
+	Machine string `json:"machine,omitempty"`
 	// MAC is the guest NIC's Ethernet address ("" without a network): a
 	// restore gives it to the new pod's interface.
 	MAC string `json:"mac,omitempty"`
@@ -181,9 +189,17 @@ func (v *VM) Checkpoint(ctx context.Context, dir string) (_ CheckpointResult, re
 			return CheckpointResult{}, err
 		}
 	}
+	saved, err := v.hv.SavedDefinition(ctx, filepath.Join(dir, CheckpointState))
+	if err != nil {
+		return CheckpointResult{}, fmt.Errorf("%s: %w", what, err)
+	}
+	machine, err := convert.SavedMachine(saved)
+	if err != nil {
+		return CheckpointResult{}, fmt.Errorf("%s: %w", what, err)
+	}
 
-	m := Manifest{Version: ManifestVersion, Domain: v.spec.Name, Image: v.spec.Image, Emulator: v.host.Emulator, VCPUs: size.VCPUs,
-		MemoryBytes: v.spec.MemoryBytes + size.HotplugPluggedBytes, Spec: v.spec, Taken: snapped.UTC(), Paused: paused,
+	m := Manifest{Version: ManifestVersion, Domain: v.spec.Name, Image: v.spec.Image, Emulator: v.host.Emulator, Machine: machine,
+		VCPUs: size.VCPUs, MemoryBytes: v.spec.MemoryBytes + size.HotplugPluggedBytes, Spec: v.spec, Taken: snapped.UTC(), Paused: paused,
 		Files: map[string]FileSum{}}
 	if v.pod != nil {
 		m.MAC = v.pod.MAC.String()

@@ -9,6 +9,7 @@ import (
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 
+	"github.com/vmpod/vmpod/pkg/host"
 	"github.com/vmpod/vmpod/pkg/vmspec"
 )
 
@@ -80,4 +81,44 @@ func usedBytes(t *testing.T, path string) int64 {
 		t.Fatal(err)
 	}
 	return st.Blocks * 512
+}
+
+// A checkpoint restores where the node's QEMU offers the machine type it
+// ran on, and a pod may name that type instead of the spec's alias.
+func TestRestoreMachine(t *testing.T) {
+	h := host.Host{Emulator: "/usr/bin/qemu-system-x86_64", Machines: []string{"q35", "pc-q35-7.2", "pc-q35-7.1"}}
+	for _, c := range []struct {
+		machine string
+		host    host.Host
+		refused bool
+	}{
+		{"pc-q35-7.2", h, false},
+		{"pc-q35-7.1", h, false},
+		{"", h, false},                     // taken before vmpod recorded it
+		{"pc-q35-8.2", host.Host{}, false}, // a node that lists none
+		{"pc-q35-8.2", h, true},
+	} {
+		err := checkNodeMachine(c.machine, c.host)
+		if !c.refused {
+			if err != nil {
+				t.Errorf("machine %q: %v", c.machine, err)
+			}
+			continue
+		}
+		if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), `vmpod.io/machine: "pc-q35-8.2"`) ||
+			!strings.Contains(err.Error(), "machine.vmpod.io/pc-q35-8.2=true") {
+			t.Errorf("machine %q on a node without it: %v; want FailedPrecondition naming the annotation and the label", c.machine, err)
+		}
+	}
+
+	m := Manifest{Machine: "pc-q35-7.2", Spec: vmspec.Spec{Machine: "q35"}}
+	for _, c := range []struct {
+		pod     string
+		refused bool
+	}{{"q35", false}, {"pc-q35-7.2", false}, {"pc-q35-7.1", true}, {"pc", true}} {
+		err := checkRestorable(m, vmspec.Spec{Machine: c.pod})
+		if (err != nil) != c.refused || (c.refused && !errdefs.IsFailedPrecondition(err)) {
+			t.Errorf("a pod asking machine %q of a checkpoint of q35 (pc-q35-7.2): %v, refused: want %v", c.pod, err, c.refused)
+		}
+	}
 }

@@ -131,6 +131,10 @@ func TestVMCheckpoint(t *testing.T) {
 	if m.Version != vm.ManifestVersion || m.Domain != req.Spec.Name || m.VCPUs != 1 || m.MemoryBytes != 256<<20 || m.Spec.Name != req.Spec.Name {
 		t.Errorf("manifest %+v", m)
 	}
+	// The versioned type the spec's q35 resolved to.
+	if !strings.HasPrefix(m.Machine, "pc-q35-") {
+		t.Errorf("manifest machine %q, want a versioned q35 (pc-q35-*)", m.Machine)
+	}
 	for _, f := range []string{vm.CheckpointState, vm.CheckpointDisk} {
 		b, err := os.ReadFile(filepath.Join(dir, f))
 		if err != nil {
@@ -219,6 +223,34 @@ func copyDir(t testing.TB, src string) string {
 
 // resum rewrites a checkpoint's manifest with its files' sums as they
 // are now: a checkpoint whose damage the sums do not catch.
+// readManifest reads the manifest of the checkpoint in dir.
+func readManifest(t testing.TB, dir string) vm.Manifest {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, vm.CheckpointManifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m vm.Manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// editManifest changes the manifest of the checkpoint in dir.
+func editManifest(t testing.TB, dir string, edit func(*vm.Manifest)) {
+	t.Helper()
+	m := readManifest(t, dir)
+	edit(&m)
+	data, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, vm.CheckpointManifest), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func resum(t testing.TB, dir string) {
 	t.Helper()
 	p := filepath.Join(dir, vm.CheckpointManifest)
@@ -312,6 +344,9 @@ func TestVMRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	stray := copyDir(t, ck)
+	// Taken on a machine type this node's QEMU lacks (another version's).
+	otherMachine := copyDir(t, ck)
+	editManifest(t, otherMachine, func(m *vm.Manifest) { m.Machine = "pc-q35-99.0" })
 	if err := os.WriteFile(filepath.Join(stray, "extra"), []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -325,6 +360,7 @@ func TestVMRestore(t *testing.T) {
 		{"truncated state", truncated, nil, errdefs.IsInvalidArgument, "truncated or altered"},
 		{"a stray file", stray, nil, errdefs.IsInvalidArgument, "extra is not in its manifest"},
 		{"more memory", ck, func(r *vm.Request) { r.Spec.MemoryBytes = 512 << 20 }, errdefs.IsFailedPrecondition, "memory bytes"},
+		{"another machine type", otherMachine, nil, errdefs.IsFailedPrecondition, `vmpod.io/machine: "pc-q35-99.0"`},
 	} {
 		_, req, err := newVM(ctx, t, "restore-bad", func(r *vm.Request) {
 			r.From = c.from
@@ -361,8 +397,13 @@ func TestVMRestore(t *testing.T) {
 	}
 	assertNoDomain(ctx, t, domain)
 
-	// The restore.
-	v, _, err := newVM(ctx, t, "restore-dst", func(r *vm.Request) { r.From = ck })
+	// The restore, by a pod that names the versioned machine type the
+	// checkpoint ran on (as one the scheduler placed by it does).
+	machine := readManifest(t, ck).Machine
+	v, _, err := newVM(ctx, t, "restore-dst", func(r *vm.Request) {
+		r.From = ck
+		r.Spec.Machine = machine
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

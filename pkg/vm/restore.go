@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmpod/vmpod/internal/qcow2"
+	"github.com/vmpod/vmpod/pkg/host"
 	"github.com/vmpod/vmpod/pkg/vmspec"
 )
 
@@ -117,7 +119,10 @@ func checkRestorable(m Manifest, s vmspec.Spec) error {
 	if c.MemoryBytes != s.MemoryBytes || c.MaxMemoryBytes != s.MaxMemoryBytes {
 		diff("memory bytes (and maximum)", fmt.Sprintf("%d (%d)", c.MemoryBytes, c.MaxMemoryBytes), fmt.Sprintf("%d (%d)", s.MemoryBytes, s.MaxMemoryBytes))
 	}
-	if c.Accel != s.Accel || c.Machine != s.Machine || !reflect.DeepEqual(c.CPU, s.CPU) || c.Firmware != s.Firmware || c.DiskBus != s.DiskBus {
+	// The pod may name the versioned machine type the checkpoint's spec
+	// resolved to (what the scheduler places it by).
+	sameMachine := c.Machine == s.Machine || (m.Machine != "" && s.Machine == m.Machine)
+	if c.Accel != s.Accel || !sameMachine || !reflect.DeepEqual(c.CPU, s.CPU) || c.Firmware != s.Firmware || c.DiskBus != s.DiskBus {
 		diff("platform (accelerator, machine, CPU, firmware, disk bus)",
 			fmt.Sprintf("%s %q %+v %s %s", c.Accel, c.Machine, c.CPU, c.Firmware, c.DiskBus),
 			fmt.Sprintf("%s %q %+v %s %s", s.Accel, s.Machine, s.CPU, s.Firmware, s.DiskBus))
@@ -131,6 +136,21 @@ func checkRestorable(m Manifest, s vmspec.Spec) error {
 		return nil
 	}
 	return fmt.Errorf("the checkpoint was taken of another VM: %s: %w", strings.Join(diffs, "; "), errdefs.ErrFailedPrecondition)
+}
+
+// checkNodeMachine refuses a checkpoint taken on a machine type this
+// node's QEMU does not offer (another QEMU version's), before libvirt or
+// QEMU read anything: they would refuse it later and less clearly. The
+// pod can name the type, and the scheduler plugin then places it on a
+// node that offers it. machine "" (an older checkpoint) or a node that
+// lists no types is not checked.
+func checkNodeMachine(machine string, h host.Host) error {
+	if machine == "" || len(h.Machines) == 0 || slices.Contains(h.Machines, machine) {
+		return nil
+	}
+	return fmt.Errorf("the checkpoint's VM ran on machine type %s, which this node's QEMU (%s) does not offer; "+
+		"give the pod the annotation %s: %q, and the scheduler places it on a node labelled %s%s=true: %w",
+		machine, h.Emulator, vmspec.AnnotationMachine, machine, vmspec.LabelMachinePrefix, machine, errdefs.ErrFailedPrecondition)
 }
 
 // restoreOverlay copies a checkpoint's disk overlay to the VM's overlay,

@@ -178,6 +178,7 @@ func Create(ctx context.Context, req Request, open Opener) (_ *VM, retErr error)
 	}
 	var from *From
 	var restoreMAC net.HardwareAddr
+	var fromMachine string
 	if req.From != "" {
 		m, err := ReadCheckpoint(req.From)
 		if err != nil {
@@ -195,6 +196,7 @@ func Create(ctx context.Context, req Request, open Opener) (_ *VM, retErr error)
 				req.From, from.Disk != "", img.Disk != "", errdefs.ErrFailedPrecondition)
 		}
 		v.spec.Name, req.Spec.Name = m.Domain, m.Domain
+		fromMachine = m.Machine
 		if m.MAC != "" && len(req.Spec.NICs) > 0 {
 			if restoreMAC, err = net.ParseMAC(m.MAC); err != nil {
 				return nil, fmt.Errorf("restore from %s: MAC %q: %v: %w", req.From, m.MAC, err, errdefs.ErrInvalidArgument)
@@ -219,6 +221,9 @@ func Create(ctx context.Context, req Request, open Opener) (_ *VM, retErr error)
 		return nil, err
 	}
 	if from != nil {
+		if err := checkNodeMachine(fromMachine, env.Host); err != nil {
+			return nil, fmt.Errorf("restore from %s: %w", req.From, err)
+		}
 		if from.Saved, err = v.hv.SavedDefinition(ctx, from.State); err != nil {
 			return nil, fmt.Errorf("restore from %s: %w", req.From, err)
 		}

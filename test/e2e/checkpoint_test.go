@@ -98,8 +98,14 @@ func moveVM(t *testing.T, base v1.Image, from, to frontDoor) {
 		t.Fatal(err)
 	}
 	deliver(t, to, img, ref)
+	// The machine type the VM ran on, which the pod names so that the
+	// scheduler plugin keeps it on nodes whose QEMU offers it.
+	machine, err := checkpointimage.Machine(img)
+	if err != nil || !strings.HasPrefix(machine, "pc-q35-") {
+		t.Fatalf("the checkpoint image's machine type: %q, %v; want a versioned q35", machine, err)
+	}
 
-	dst := makePod("moved").grace(10)
+	dst := makePod("moved").grace(10).annotation("vmpod.io/machine", machine)
 	dst.pod.Spec.AutomountServiceAccountToken = new(false)
 	dst.pod.Spec.Containers[0].Image = ref
 	to.place(&dst.pod.Spec)
