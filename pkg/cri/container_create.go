@@ -24,7 +24,13 @@ import (
 // CreateContainer makes the pod's VM up to a defined, not yet started
 // domain, through the node's VM service (vmd.Service.Create). A pod has
 // one VM: a second container while the first has not exited is refused.
-func (s *Server) CreateContainer(ctx context.Context, r *runtimeapi.CreateContainerRequest) (_ *runtimeapi.CreateContainerResponse, retErr error) {
+func (s *Server) CreateContainer(ctx context.Context, r *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+	return s.createContainer(ctx, r, "")
+}
+
+// createContainer is CreateContainer, of a VM restored from the
+// checkpoint dir from when it is not "" (RestorePod).
+func (s *Server) createContainer(ctx context.Context, r *runtimeapi.CreateContainerRequest, from string) (_ *runtimeapi.CreateContainerResponse, retErr error) {
 	defer func() { retErr = vm.StorageError(retErr, s.cfg.StateRoot) }() // runs last: after the undo
 	sb, err := s.sandbox(r.GetPodSandboxId())
 	if err != nil {
@@ -112,6 +118,7 @@ func (s *Server) CreateContainer(ctx context.Context, r *runtimeapi.CreateContai
 	c.console = newConsoleOut(c.log)
 
 	req.Console = c.console
+	req.From = from
 	if err := s.vms.Create(ctx, req); err != nil {
 		return nil, err
 	}

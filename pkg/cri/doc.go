@@ -38,8 +38,12 @@
 // Done (first vertical slice; test/cri drives it with crictl, as root:
 // go test -v ./test/cri, with the test guest built by make guest):
 //   - Version, Status (NetworkReady when the CNI conf dir has a config);
-//     every RPC not listed here answers Unimplemented (checkpointing,
-//     events, metrics descriptors).
+//     every RPC not listed here answers Unimplemented (events, metrics
+//     descriptors).
+//   - Checkpoints: CheckpointContainer (the kubelet's checkpoint API's
+//     archive), CheckpointPod and RestorePod (a dir with vmpod-pod.json
+//     and the VM's checkpoint under the container's name; the restore
+//     creates the container with its VM restored, vmd.CreateRequest.From).
 //   - RuntimeConfig: the node's cgroup driver (--cgroup-driver; default
 //     systemd where systemd is the init system, else cgroupfs), which the
 //     kubelet takes over its own setting (from 1.38 it needs it).

@@ -120,14 +120,7 @@ func TestVMCheckpoint(t *testing.T) {
 	if strings.Join(names, " ") != "disk.qcow2 vm.state vmpod.json" {
 		t.Fatalf("checkpoint dir holds %v, want disk.qcow2 vm.state vmpod.json", names)
 	}
-	data, err := os.ReadFile(filepath.Join(dir, vm.CheckpointManifest))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m vm.Manifest
-	if err := json.Unmarshal(data, &m); err != nil {
-		t.Fatal(err)
-	}
+	m := readManifest(t, dir)
 	if m.Version != vm.ManifestVersion || m.Domain != req.Spec.Name || m.VCPUs != 1 || m.MemoryBytes != 256<<20 || m.Spec.Name != req.Spec.Name {
 		t.Errorf("manifest %+v", m)
 	}

@@ -42,6 +42,11 @@ type CreateRequest struct {
 	// Console receives the serial console from its first byte (nil: the
 	// console log only).
 	Console io.Writer
+	// From is a checkpoint dir on the node (Checkpoint's) to restore the
+	// VM from instead of booting it: the CRI's RestorePod. It must be
+	// signed by a key the node trusts, as a checkpoint image's is, and
+	// stay until Start, which loads its state.
+	From string
 }
 
 // Create makes the VM up to a defined, not yet started domain (vm.Create).
@@ -85,6 +90,11 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (retErr error) 
 		}
 	}()
 
+	if req.From != "" {
+		if err := vm.VerifyCheckpoint(req.From, s.cfg.TrustKeys); err != nil {
+			return fmt.Errorf("VM %s: restore from %s: %w", req.ID, req.From, err)
+		}
+	}
 	if err := s.waitPredecessor(ctx, req.ID, req.Spec.Name); err != nil {
 		return err
 	}
@@ -102,7 +112,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (retErr error) 
 		Rootfs: req.Rootfs, RootfsMounts: req.RootfsMounts, Network: req.Network,
 		BlockDevices: req.BlockDevices, ShareSources: req.ShareSources, CloudInitDir: req.CloudInitDir, InstanceID: req.InstanceID,
 		Cgroup: req.Cgroup, CPU: req.CPU, OOMScoreAdj: req.OOMScoreAdj,
-		ConsoleOut: req.Console, Record: in.record, Trust: s.cfg.TrustKeys,
+		ConsoleOut: req.Console, Record: in.record, Trust: s.cfg.TrustKeys, From: req.From,
 	}
 	in.vm, err = vm.Create(ctx, vreq, opener(env))
 	return err

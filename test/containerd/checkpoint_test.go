@@ -139,19 +139,10 @@ func TestCrictlCheckpoint(t *testing.T) {
 	// The guest leases the new pod's IP once vmpod has taken its link
 	// down and up, and its HTTP server answers there from the node.
 	ip2 := c.InspectPod(t, pod2ID).IP
-	if ip2 == ip1 {
-		t.Fatalf("the new pod has the first pod's IP %s: the test cannot tell a new lease from the old one", ip1)
-	}
-	for {
-		got, err := c.Crictl(t, "exec", "-s", id2, "cat", "/run/ip")
-		if err == nil && strings.HasPrefix(strings.TrimSpace(got), ip2+"/") {
-			break
-		} else if time.Since(start) > 2*time.Minute {
-			t.Fatalf("the restored guest has the address %q (%v), want the new pod's %s (the first pod's was %s)", got, err, ip2, ip1)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Logf("restored: crictl start to the guest holding the new pod IP %s (it had %s): %v", ip2, ip1, time.Since(start).Round(time.Millisecond))
+	took := ckptarchive.WaitGuestIP(t, start, ip2, ip1, func() (string, error) {
+		return c.Crictl(t, "exec", "-s", id2, "cat", "/run/ip")
+	})
+	t.Logf("restored: crictl start to the guest holding the new pod IP %s (it had %s): %v", ip2, ip1, took.Round(time.Millisecond))
 	conn := dialInNode(t, c, ip2+":8080")
 	conn.SetDeadline(time.Now().Add(time.Minute))
 	io.WriteString(conn, "GET / HTTP/1.0\r\n\r\n")

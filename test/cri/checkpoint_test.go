@@ -168,19 +168,10 @@ func TestCrictlCheckpoint(t *testing.T) {
 	// The new pod's address: the guest leases it once vmpod has taken its
 	// link down and up, and its HTTP server answers on it from the node.
 	ip2 := n.podIP(pod2ID)
-	if ip2 == ip1 {
-		t.Fatalf("the new pod has the first pod's IP %s: the test cannot tell a new lease from the old one", ip1)
-	}
-	for {
-		got, err := n.crictlRun(10*time.Second, "exec", "-s", id2, "cat", "/run/ip")
-		if err == nil && strings.HasPrefix(strings.TrimSpace(got), ip2+"/") {
-			break
-		} else if time.Since(start) > 2*time.Minute {
-			t.Fatalf("the restored guest has the address %q (%v), want the new pod's %s (the first pod's was %s)", got, err, ip2, ip1)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Logf("restored: crictl start to the guest holding the new pod IP %s (it had %s): %v", ip2, ip1, time.Since(start).Round(time.Millisecond))
+	took := ckptarchive.WaitGuestIP(t, start, ip2, ip1, func() (string, error) {
+		return n.crictlRun(10*time.Second, "exec", "-s", id2, "cat", "/run/ip")
+	})
+	t.Logf("restored: crictl start to the guest holding the new pod IP %s (it had %s): %v", ip2, ip1, took.Round(time.Millisecond))
 	if reply, err := httpIn(n.nsPath, ip2+":8080"); err != nil || !strings.HasPrefix(reply, "HTTP/1.0 200 OK") {
 		t.Errorf("HTTP GET of the restored guest on the new pod IP %s: %q, %v; want 200", ip2, reply, err)
 	}
@@ -212,7 +203,9 @@ func (n *node) podMAC(podID string) string {
 
 // podIP is the pod's IP, as the server reports it.
 func (n *node) podIP(podID string) string {
-	var pod struct{ Status struct{ Network struct{ IP string } } }
+	var pod struct {
+		Status struct{ Network struct{ IP string } }
+	}
 	n.mustJSON(&pod, "inspectp", podID)
 	if pod.Status.Network.IP == "" {
 		n.t.Fatalf("pod %s has no IP", podID)

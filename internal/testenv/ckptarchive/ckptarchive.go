@@ -23,6 +23,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vmpod/vmpod/pkg/vm"
 )
@@ -161,4 +162,26 @@ func SigningKeys(t testing.TB, dir string) (key, trust string) {
 		t.Fatal(err)
 	}
 	return key, trust
+}
+
+// WaitGuestIP waits, up to two minutes from start, until the restored
+// guest holds ip (the new pod's), as readIP (a `cat /run/ip` in the guest,
+// the test guest's address with its prefix length) says, and fails t
+// otherwise, naming was (the checkpointed pod's IP). It returns how long
+// after start the guest had it.
+func WaitGuestIP(t testing.TB, start time.Time, ip, was string, readIP func() (string, error)) time.Duration {
+	t.Helper()
+	if ip == was {
+		t.Fatalf("the new pod has the first pod's IP %s: the test cannot tell a new lease from the old one", ip)
+	}
+	for {
+		got, err := readIP()
+		if err == nil && strings.HasPrefix(strings.TrimSpace(got), ip+"/") {
+			return time.Since(start)
+		}
+		if time.Since(start) > 2*time.Minute {
+			t.Fatalf("the restored guest has the address %q (%v), want the new pod's %s (the first pod's was %s)", got, err, ip, was)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -1,0 +1,239 @@
+package cri_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/vmpod/vmpod/internal/testenv/ckptarchive"
+	"github.com/vmpod/vmpod/pkg/vm"
+)
+
+// TestCheckpointPod: the CRI's pod-level calls, through a Go CRI client
+// (crictl has none). CheckpointPod writes the pod's VM into an empty dir
+// while it runs on; bad requests (options, a dir in use, the wrong
+// containers) are refused, leaving the dir as it was. RestorePod, once the
+// pod is gone, makes a new pod whose container is created, not started;
+// started, its guest goes on where it was (counter, uptime) and leases the
+// new pod's IP. A checkpoint without the node's signature, or asked for
+// with containers it does not have, is refused with no sandbox left.
+func TestCheckpointPod(t *testing.T) {
+	n := newNode(t)
+	ref := n.serveImage()
+	key, trust := ckptarchive.SigningKeys(t, n.dir)
+	n.serverArgs = []string{"--state-signing-key", key, "--state-trust-keys", trust}
+	n.start()
+	n.must("pull", ref)
+	conn, err := grpc.NewClient("unix://"+n.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rs := runtimeapi.NewRuntimeServiceClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+
+	podCfg, ctrCfg := n.configs(ref, n.cgroup)
+	podID := strings.TrimSpace(n.must("runp", podCfg))
+	ip1 := n.podIP(podID)
+	id := strings.TrimSpace(n.must("create", podID, ctrCfg, podCfg))
+	n.must("start", id)
+	n.waitLogs(id, "VMPOD-GUEST: ready", 3*time.Minute)
+	n.must("exec", "-s", id, "sh", "-c", ckptarchive.CounterScript)
+	guestFloat := func(id, cmd string) float64 {
+		t.Helper()
+		out := n.must("exec", "-s", id, "sh", "-c", cmd)
+		f, err := strconv.ParseFloat(strings.Fields(out)[0], 64)
+		if err != nil {
+			t.Fatalf("%s: %q: %v", cmd, out, err)
+		}
+		return f
+	}
+	time.Sleep(time.Second)
+	before, upBefore := guestFloat(id, "cat /run/counter"), guestFloat(id, "cat /proc/uptime")
+
+	out := filepath.Join(t.TempDir(), "pod-checkpoint")
+	if err := os.Mkdir(out, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	used := t.TempDir()
+	if err := os.WriteFile(filepath.Join(used, "keep"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		req  *runtimeapi.CheckpointPodRequest
+		want string
+	}{
+		{"options", &runtimeapi.CheckpointPodRequest{PodSandboxId: podID, OutputPath: out, ContainerIds: []string{id}, Options: map[string]string{"leave-running": "true"}},
+			"options: vmpod takes none, got leave-running"},
+		{"a dir in use", &runtimeapi.CheckpointPodRequest{PodSandboxId: podID, OutputPath: used, ContainerIds: []string{id}}, "is not empty"},
+		{"no containers", &runtimeapi.CheckpointPodRequest{PodSandboxId: podID, OutputPath: out}, "must be exactly the pod's running containers"},
+		{"a container twice", &runtimeapi.CheckpointPodRequest{PodSandboxId: podID, OutputPath: out, ContainerIds: []string{id, id}}, "each once"},
+		{"a relative dir", &runtimeapi.CheckpointPodRequest{PodSandboxId: podID, OutputPath: "ckpt", ContainerIds: []string{id}}, "an absolute path is required"},
+	} {
+		_, err := rs.CheckpointPod(ctx, c.req)
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("CheckpointPod with %s: %v; want InvalidArgument saying %q", c.name, err, c.want)
+		}
+	}
+	if entries, _ := os.ReadDir(out); len(entries) != 0 {
+		t.Errorf("refused checkpoints left %v in the dir", entries)
+	}
+	if entries, _ := os.ReadDir(used); len(entries) != 1 {
+		t.Errorf("a refused checkpoint changed the dir in use: %v", entries)
+	}
+
+	start := time.Now()
+	if _, err := rs.CheckpointPod(ctx, &runtimeapi.CheckpointPodRequest{PodSandboxId: podID, OutputPath: out, ContainerIds: []string{id}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("CheckpointPod: %v", time.Since(start).Round(time.Millisecond))
+	var files []string
+	filepath.WalkDir(out, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			rel, _ := filepath.Rel(out, p)
+			files = append(files, rel)
+		}
+		return err
+	})
+	sort.Strings(files)
+	if got, want := strings.Join(files, " "), "vm/disk.qcow2 vm/vm.state vm/vmpod.json vm/vmpod.sig vmpod-pod.json"; got != want {
+		t.Errorf("the pod checkpoint holds %s, want %s", got, want)
+	}
+	if st := n.inspect(id); st.State != "CONTAINER_RUNNING" {
+		t.Fatalf("after CheckpointPod the VM is %+v", st)
+	}
+	n.must("stop", "--timeout", "30", id)
+	n.must("rm", id)
+	n.must("stopp", podID)
+	n.must("rmp", podID)
+
+	podConfig := &runtimeapi.PodSandboxConfig{
+		Metadata:     &runtimeapi.PodSandboxMetadata{Name: "restored", Namespace: "default", Uid: "7e57-c41-0p01"},
+		Hostname:     "restored",
+		LogDirectory: filepath.Join(n.dir, "logs", "restored"),
+		Linux:        &runtimeapi.LinuxPodSandboxConfig{CgroupParent: n.cgroup},
+	}
+	ctrConfig := func(name string) *runtimeapi.ContainerConfig {
+		return &runtimeapi.ContainerConfig{
+			Metadata: &runtimeapi.ContainerMetadata{Name: name},
+			Image:    &runtimeapi.ImageSpec{Image: ref},
+			LogPath:  "vm/0.log",
+			Linux: &runtimeapi.LinuxContainerConfig{Resources: &runtimeapi.LinuxContainerResources{
+				MemoryLimitInBytes: 256 << 20, CpuPeriod: 100000, CpuQuota: 100000, CpuShares: 1024}},
+		}
+	}
+	unsigned := copyTree(t, out)
+	if err := os.Remove(filepath.Join(unsigned, "vm", vm.CheckpointSignature)); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		req  *runtimeapi.RestorePodRequest
+		code codes.Code
+		want string
+	}{
+		{"options", &runtimeapi.RestorePodRequest{CheckpointPath: out, Config: podConfig, ContainerConfigs: []*runtimeapi.ContainerConfig{ctrConfig("vm")},
+			Options: map[string]string{"x": "y"}}, codes.InvalidArgument, "vmpod takes none, got x"},
+		{"another container", &runtimeapi.RestorePodRequest{CheckpointPath: out, Config: podConfig, ContainerConfigs: []*runtimeapi.ContainerConfig{ctrConfig("web")}},
+			codes.InvalidArgument, `"web" is not in the checkpoint, which has vm`},
+		{"no containers", &runtimeapi.RestorePodRequest{CheckpointPath: out, Config: podConfig}, codes.InvalidArgument, "0 given, the checkpoint has vm"},
+		{"another handler", &runtimeapi.RestorePodRequest{CheckpointPath: out, Config: podConfig, ContainerConfigs: []*runtimeapi.ContainerConfig{ctrConfig("vm")},
+			RuntimeHandler: "runc"}, codes.InvalidArgument, `runtime_handler "runc"`},
+		{"not a checkpoint", &runtimeapi.RestorePodRequest{CheckpointPath: n.dir, Config: podConfig, ContainerConfigs: []*runtimeapi.ContainerConfig{ctrConfig("vm")}},
+			codes.InvalidArgument, "not a vmpod pod checkpoint"},
+		{"unsigned", &runtimeapi.RestorePodRequest{CheckpointPath: unsigned, Config: podConfig, ContainerConfigs: []*runtimeapi.ContainerConfig{ctrConfig("vm")}},
+			codes.InvalidArgument, "not signed"},
+	} {
+		_, err := rs.RestorePod(ctx, c.req)
+		if status.Code(err) != c.code || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("RestorePod with %s: %v; want %s saying %q", c.name, err, c.code, c.want)
+		}
+		if pods, err := rs.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{}); err != nil || len(pods.Items) != 0 {
+			t.Errorf("RestorePod with %s left sandboxes: %v, %v", c.name, pods, err)
+		}
+	}
+
+	start = time.Now()
+	res, err := rs.RestorePod(ctx, &runtimeapi.RestorePodRequest{CheckpointPath: out, Config: podConfig, ContainerConfigs: []*runtimeapi.ContainerConfig{ctrConfig("vm")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("RestorePod: %v", time.Since(start).Round(time.Millisecond))
+	if len(res.RestoredContainers) != 1 || res.RestoredContainers[0].Name != "vm" || res.PodSandboxId == "" {
+		t.Fatalf("RestorePod: %+v, want a sandbox and the container vm", res)
+	}
+	id2 := res.RestoredContainers[0].ContainerId
+	if st := n.inspect(id2); st.State != "CONTAINER_CREATED" {
+		t.Fatalf("the restored container is %+v, want created, not started", st)
+	}
+	start = time.Now()
+	if _, err := rs.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id2}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := n.crictlRun(10*time.Second, "exec", "-s", id2, "true"); err == nil {
+			break
+		} else if time.Since(start) > 2*time.Minute {
+			t.Fatalf("the restored guest's agent does not answer: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("restored: StartContainer to the guest agent answering: %v", time.Since(start).Round(time.Millisecond))
+	if c := guestFloat(id2, "cat /run/counter"); c < before {
+		t.Errorf("the restored guest's counter is at %v, below the %v before the checkpoint: it started over", c, before)
+	}
+	if up := guestFloat(id2, "cat /proc/uptime"); up < upBefore {
+		t.Errorf("the restored guest's uptime %.1f s is below the %.1f s before the checkpoint: it booted", up, upBefore)
+	}
+	ip2 := n.podIP(res.PodSandboxId)
+	took := ckptarchive.WaitGuestIP(t, start, ip2, ip1, func() (string, error) {
+		return n.crictlRun(10*time.Second, "exec", "-s", id2, "cat", "/run/ip")
+	})
+	t.Logf("restored: StartContainer to the guest holding the new pod IP %s: %v", ip2, took.Round(time.Millisecond))
+
+	n.must("stop", "--timeout", "30", id2)
+	n.must("rm", id2)
+	n.must("stopp", res.PodSandboxId)
+	n.must("rmp", res.PodSandboxId)
+	n.must("rmi", ref)
+	n.stop()
+	n.assertNothingLeft()
+}
+
+// copyTree copies the files of dir, one level of subdirs deep, into a new
+// temporary dir.
+func copyTree(t *testing.T, dir string) string {
+	t.Helper()
+	dst := t.TempDir()
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if d.IsDir() {
+			return os.MkdirAll(filepath.Join(dst, rel), 0o700)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dst, rel), b, 0o600)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
