@@ -81,7 +81,8 @@ type Hypervisor interface {
 	// CommitTop merges top, the active layer of a running domain's disk
 	// (a Snapshot's Top), into the file below it, which then takes the
 	// writes again, and returns when top is out of use: the caller
-	// removes it. It waits for the merge, bounded by ctx; cancelled, the
+	// removes it. nil at once when no disk is on top (a Snapshot that
+	// failed before it switched, or a commit that completed). It waits for the merge, bounded by ctx; cancelled, the
 	// disk stays on top.
 	CommitTop(ctx context.Context, name, top string) error
 

@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
 
 	"github.com/vmpod/vmpod/internal/nsthread"
 	"github.com/vmpod/vmpod/pkg/podcgroup"
@@ -101,6 +102,14 @@ func Adopt(ctx context.Context, req AdoptRequest, open Opener) (_ *VM, retErr er
 		if v.cgroup, err = podcgroup.Load(v.cgPath); err != nil {
 			return nil, fmt.Errorf("adopt %s: QEMU's cgroup: %w", h.Domain, err)
 		}
+	}
+	// A checkpoint the dead process left half done: the disk back on its
+	// overlay, the guest running again. A failure keeps the VM (it runs,
+	// on its top layer) and the mark, for the next checkpoint to finish.
+	sctx, cancel := context.WithTimeout(ctx, settleTimeout)
+	defer cancel()
+	if err := v.settleCheckpoint(sctx); err != nil {
+		log.G(ctx).WithError(err).Warnf("adopt %s: finish the checkpoint its last process left undone", h.Domain)
 	}
 	return v, nil
 }

@@ -128,6 +128,11 @@ func (v *VM) Checkpoint(ctx context.Context, dir string) (_ CheckpointResult, re
 	if err := emptyDir(dir); err != nil {
 		return CheckpointResult{}, fmt.Errorf("%s: %w", what, err)
 	}
+	// A checkpoint that did not end (its process died, its merge
+	// failed) is finished first, so that the disk is on its overlay.
+	if err := v.settleCheckpoint(ctx); err != nil {
+		return CheckpointResult{}, fmt.Errorf("%s: an earlier checkpoint of the VM did not end, and finishing it failed: %w", what, err)
+	}
 	info, err := v.hv.Info(ctx, v.spec.Name)
 	if err != nil {
 		return CheckpointResult{}, err
@@ -138,40 +143,38 @@ func (v *VM) Checkpoint(ctx context.Context, dir string) (_ CheckpointResult, re
 		return CheckpointResult{}, err
 	}
 
-	// Undo: the files in dir go, the VM runs on its overlay.
+	// Undo: the files in dir go, the VM runs on its overlay again (and
+	// runs, unless it was paused), the top layer goes.
 	written := []string{}
 	defer func() {
 		if retErr != nil {
 			for _, f := range written {
 				os.Remove(filepath.Join(dir, f))
 			}
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+			defer cancel()
+			if err := v.settleCheckpoint(ctx); err != nil {
+				retErr = fmt.Errorf("%w (and its undo: %v; the next checkpoint or a restart of vm-runtime tries again)", retErr, err)
+			}
 		}
 	}()
 
-	l := v.layout
-	disk, top := "", ""
-	if _, err := os.Lstat(l.Overlay()); err == nil {
-		disk, top = l.Overlay(), l.topLayer()
-		if err := v.makeTopLayer(); err != nil {
-			return CheckpointResult{}, fmt.Errorf("%s: %w", what, err)
-		}
-		defer os.Remove(top)
-	}
-
 	written = append(written, CheckpointState)
-	snapped := time.Now()
-	err = v.hv.Snapshot(ctx, v.spec.Name, virt.SnapshotRequest{StateFile: filepath.Join(dir, CheckpointState), Disk: disk, Top: top,
-		Emulator: v.host.Emulator})
+	c, err := v.capture(ctx, filepath.Join(dir, CheckpointState), !wasPaused)
+	if c.snapped.IsZero() {
+		return CheckpointResult{}, fmt.Errorf("%s: %w", what, err) // the VM is as it was
+	}
 	// The guest runs again whatever happened: the disk layers are active
 	// again only once it does, and the merge below needs them.
 	rerr := v.hv.Resume(context.WithoutCancel(ctx), v.spec.Name)
-	paused := time.Since(snapped)
+	paused := time.Since(c.snapped)
 	if err != nil {
-		return CheckpointResult{}, errors.Join(err, rerr)
+		return CheckpointResult{}, fmt.Errorf("%s: %w", what, errors.Join(err, rerr))
 	}
 	if rerr != nil {
 		return CheckpointResult{}, rerr
 	}
+	disk, top, snapped := c.disk, c.top, c.snapped
 	if disk != "" {
 		// The overlay is frozen (QEMU holds it read-only) until the merge:
 		// copy it first.
@@ -179,6 +182,9 @@ func (v *VM) Checkpoint(ctx context.Context, dir string) (_ CheckpointResult, re
 		cerr := copySparse(disk, filepath.Join(dir, CheckpointDisk))
 		if err := v.hv.CommitTop(context.WithoutCancel(ctx), v.spec.Name, top); err != nil {
 			return CheckpointResult{}, errors.Join(cerr, err)
+		}
+		if err := os.Remove(top); err != nil {
+			return CheckpointResult{}, fmt.Errorf("%s: %v: %w", what, err, errdefs.ErrInternal)
 		}
 		if cerr != nil {
 			return CheckpointResult{}, fmt.Errorf("%s: copy the disk overlay: %v: %w", what, cerr, errdefs.ErrInternal)
@@ -219,7 +225,108 @@ func (v *VM) Checkpoint(ctx context.Context, dir string) (_ CheckpointResult, re
 	if err := writeNew(filepath.Join(dir, CheckpointManifest), data); err != nil {
 		return CheckpointResult{}, fmt.Errorf("%s: %v: %w", what, err, errdefs.ErrInternal)
 	}
+	if err := v.settleCheckpoint(ctx); err != nil {
+		return CheckpointResult{}, fmt.Errorf("%s: %w", what, err)
+	}
 	return CheckpointResult{Manifest: m, Paused: paused, Total: time.Since(start)}, nil
+}
+
+// captured is what capture did: the disk it froze and the layer over it
+// that takes the writes ("" for a VM without an overlay), and when it
+// asked for the snapshot (zero when it failed before: the VM unchanged).
+type captured struct {
+	disk, top string
+	snapped   time.Time
+}
+
+// capture is the part of a checkpoint a crash can interrupt with the VM
+// changed: the top layer made, the mark (checkpointMark) written that
+// says so and whether the guest is to run again, then the guest's memory
+// written to state and its disk switched onto the top layer, which
+// leaves the guest paused. Whatever follows, settleCheckpoint undoes
+// what the mark names, from Checkpoint itself or, after a crash, Adopt.
+func (v *VM) capture(ctx context.Context, state string, resume bool) (captured, error) {
+	l := v.layout
+	var c captured
+	if _, err := os.Lstat(l.Overlay()); err == nil {
+		c.disk, c.top = l.Overlay(), l.topLayer()
+		if err := v.makeTopLayer(); err != nil {
+			return c, err
+		}
+	}
+	data, err := json.Marshal(checkpointMark{Resume: resume})
+	if err == nil {
+		err = writeNew(l.checkpointMark(), data)
+	}
+	if err != nil {
+		return c, fmt.Errorf("%s: %v: %w", l.checkpointMark(), err, errdefs.ErrInternal)
+	}
+	c.snapped = time.Now()
+	err = v.hv.Snapshot(ctx, v.spec.Name, virt.SnapshotRequest{StateFile: state, Disk: c.disk, Top: c.top, Emulator: v.host.Emulator})
+	return c, err
+}
+
+// checkpointMark is the mark a checkpoint leaves in the VM dir while it
+// has the VM changed (capture).
+type checkpointMark struct {
+	// Resume: the guest ran when the checkpoint began, so it is to run
+	// again however the checkpoint ends.
+	Resume bool `json:"resume"`
+}
+
+// settleTimeout bounds a settleCheckpoint that undoes a failed checkpoint
+// or follows an Adopt: the merge of what the guest wrote meanwhile.
+const settleTimeout = 2 * time.Minute
+
+func (l Layout) checkpointMark() string { return filepath.Join(l.VMDir(), "checkpointing.json") }
+
+// settleCheckpoint finishes a checkpoint that left its mark: the disk goes
+// back onto its overlay (the top layer's writes merged into it), the top
+// layer goes, a guest that ran runs again, and the mark goes last. Each
+// step is one that can be done again, so a crash in the middle of it
+// leaves the mark for the next try. Without a mark it does nothing.
+func (v *VM) settleCheckpoint(ctx context.Context) error {
+	l := v.layout
+	data, err := os.ReadFile(l.checkpointMark())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	var mark checkpointMark
+	if err == nil {
+		err = json.Unmarshal(data, &mark)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %v: %w", l.checkpointMark(), err, errdefs.ErrInternal)
+	}
+	if _, err := os.Lstat(l.topLayer()); err == nil {
+		// The merge needs the guest running: the snapshot's pause keeps
+		// the disk layers read-only. A guest paused before the checkpoint
+		// runs for the merge and is paused again.
+		if err := v.hv.Resume(ctx, v.spec.Name); err != nil {
+			return err
+		}
+		// Nil at once when the disk never went onto the top layer.
+		if err := v.hv.CommitTop(ctx, v.spec.Name, l.topLayer()); err != nil {
+			return err
+		}
+		if err := os.Remove(l.topLayer()); err != nil {
+			return fmt.Errorf("%v: %w", err, errdefs.ErrInternal)
+		}
+		if !mark.Resume {
+			if err := v.hv.Suspend(ctx, v.spec.Name); err != nil {
+				return err
+			}
+		}
+	}
+	if mark.Resume {
+		if err := v.hv.Resume(ctx, v.spec.Name); err != nil {
+			return err
+		}
+	}
+	if err := os.Remove(l.checkpointMark()); err != nil {
+		return fmt.Errorf("%v: %w", err, errdefs.ErrInternal)
+	}
+	return nil
 }
 
 // checkpointable refuses a spec whose guest holds state a checkpoint
@@ -280,7 +387,6 @@ func (v *VM) makeTopLayer() error {
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return fmt.Errorf("disk overlay: %v: %w", err, errdefs.ErrInternal)
 	}
-	os.Remove(l.topLayer()) // one a crashed checkpoint left
 	// QEMU's uid owns the overlay (jail.Spec.Owned), on an adopted VM too.
 	return createOverlay(l.Overlay(), "qcow2", h.Size, l.topLayer(), st.Uid, st.Gid)
 }

@@ -107,8 +107,10 @@ func TestVMCheckpoint(t *testing.T) {
 	if got := guestSh(ctx, t, v, `echo after > /mnt/after && sync && cat /mnt/before /mnt/after`); got != "before\nafter" {
 		t.Errorf("the guest's disk after the checkpoint reads %q", got)
 	}
-	if _, err := os.Lstat(filepath.Join(l.VMDir(), "disk-top.qcow2")); !os.IsNotExist(err) {
-		t.Errorf("the checkpoint's top layer is still in the VM dir: %v", err)
+	for _, f := range []string{l.TopLayer(), l.CheckpointMark()} {
+		if _, err := os.Lstat(f); !os.IsNotExist(err) {
+			t.Errorf("the checkpoint's %s is still in the VM dir: %v", filepath.Base(f), err)
+		}
 	}
 
 	// What the checkpoint holds.
@@ -504,4 +506,78 @@ func BenchmarkCheckpointRestore(b *testing.B) {
 	b.ReportMetric(float64(restore.Milliseconds())/n, "restore-ms")
 	b.ReportMetric(float64(state)/n/1e6, "state-MB")
 	b.ReportMetric(float64(disk)/n/1e6, "disk-MB")
+}
+
+// TestCheckpointCrash: a process killed in the middle of a checkpoint,
+// the guest's memory taken and its disk on the top layer, leaves the
+// guest paused. The next process takes the VM over (Adopt) and finishes
+// the checkpoint: the disk is back on its overlay, with what the guest
+// writes from then on in it, the top layer and the mark are gone, the
+// guest runs on, and the next checkpoint works.
+func TestCheckpointCrash(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rt, h, root := runtimeForTest(t)
+	dir, err := os.MkdirTemp(root, "pod-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec records
+	req := lifecycleRequest(t, "boot-pod.yaml", "ckpt-crash", dir, &rec)
+	req.Jail = jailForTest(t, root, dir)
+	open := func(context.Context) (vm.Env, error) { return vm.Env{Runtime: rt, Host: h}, nil }
+	first, err := vm.Create(ctx, req, open)
+	if err != nil {
+		t.Fatal(err)
+	}
+	current := first
+	t.Cleanup(func() { _ = current.Delete(context.Background()) })
+	if _, err := first.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	watchConsole(t, req.Layout.ConsoleLog()).waitFor(ctx, t, "VMPOD-GUEST: ready")
+	startCounter(ctx, t, first)
+
+	if err := first.CrashCheckpoint(ctx, t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{req.Layout.TopLayer(), req.Layout.CheckpointMark()} {
+		if _, err := os.Stat(f); err != nil {
+			t.Fatalf("after the crash: %v; want the checkpoint's %s there", err, filepath.Base(f))
+		}
+	}
+	first.Abandon()
+
+	adopted, err := vm.Adopt(ctx, vm.AdoptRequest{Spec: req.Spec, Layout: req.Layout, Held: rec.last(), Record: rec.record}, open)
+	if err != nil {
+		t.Fatal(err)
+	}
+	current = adopted
+	for _, f := range []string{req.Layout.TopLayer(), req.Layout.CheckpointMark()} {
+		if _, err := os.Stat(f); !os.IsNotExist(err) {
+			t.Errorf("after Adopt %s is still there (%v): the checkpoint was not finished", filepath.Base(f), err)
+		}
+	}
+	// The guest runs: its counter moves.
+	c := readCounter(ctx, t, adopted)
+	deadline := time.Now().Add(30 * time.Second)
+	for readCounter(ctx, t, adopted) <= c+3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the adopted guest's counter stays at %d: it is still paused", c)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// What it writes now lands in the overlay, the disk's active file again.
+	const marker = "VMPOD-WRITTEN-AFTER-THE-CRASH"
+	guestSh(ctx, t, adopted, `dd if=/dev/zero bs=64k count=1 2>/dev/null | tr '\0' x > /mnt/after && echo `+marker+` >> /mnt/after && sync`)
+	b, err := os.ReadFile(req.Layout.Overlay())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), marker) {
+		t.Errorf("the overlay does not hold what the guest wrote after Adopt: the disk is not back on it")
+	}
+	if _, err := adopted.Checkpoint(ctx, t.TempDir()); err != nil {
+		t.Errorf("a checkpoint after the finished one: %v", err)
+	}
 }

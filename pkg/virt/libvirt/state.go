@@ -168,6 +168,9 @@ func (c *Conn) CommitTop(ctx context.Context, name, top string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
+	if target == "" {
+		return nil // no disk is on top: nothing to merge
+	}
 	if err := d.BlockCommit(target, base, "", 0, lv.DOMAIN_BLOCK_COMMIT_ACTIVE|lv.DOMAIN_BLOCK_COMMIT_SHALLOW); err != nil {
 		return classify(err, what)
 	}
@@ -196,7 +199,7 @@ func (c *Conn) CommitTop(ctx context.Context, name, top string) error {
 }
 
 // belowTop finds the disk of dom whose active file is top: its target and
-// the file right below top.
+// the file right below top; "" when no disk is on top.
 func belowTop(dom *libvirtxml.Domain, top string) (target, base string, err error) {
 	if dom.Devices != nil {
 		for _, dd := range dom.Devices.Disks {
@@ -209,7 +212,7 @@ func belowTop(dom *libvirtxml.Domain, top string) (target, base string, err erro
 			return "", "", fmt.Errorf("%w: the disk has no layer below %s", errdefs.ErrFailedPrecondition, top)
 		}
 	}
-	return "", "", fmt.Errorf("%w: no disk of the domain is on %s", errdefs.ErrFailedPrecondition, top)
+	return "", "", nil
 }
 
 // fileOf is the file a disk source names, "" for another kind of source.

@@ -3,6 +3,7 @@ package libvirt
 import (
 	"context"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -88,8 +89,14 @@ func TestBelowTop(t *testing.T) {
 	if err != nil || target != "vda" || base != "/s/vm/disk.qcow2" {
 		t.Errorf("belowTop = %q, %q, %v; want vda onto /s/vm/disk.qcow2", target, base, err)
 	}
-	if _, _, err := belowTop(parseDomain(t, stateDomain), "/s/vm/top.qcow2"); !errdefs.IsFailedPrecondition(err) {
-		t.Errorf("no disk on the top layer: %v, want FailedPrecondition", err)
+	if target, _, err := belowTop(parseDomain(t, stateDomain), "/s/vm/top.qcow2"); err != nil || target != "" {
+		t.Errorf("no disk on the top layer: %q, %v; want none, no error", target, err)
+	}
+	// A disk on top with nothing below cannot be merged.
+	alone := strings.Replace(stateDomain, `<source file="/s/vm/disk.qcow2"/>`, `<source file="/s/vm/top.qcow2"/>`, 1)
+	alone = regexp.MustCompile(`(?s)<backingStore type="file">.*</backingStore>`).ReplaceAllString(alone, "<backingStore/>")
+	if _, _, err := belowTop(parseDomain(t, alone), "/s/vm/top.qcow2"); !errdefs.IsFailedPrecondition(err) {
+		t.Errorf("a top layer with nothing below: %v, want FailedPrecondition", err)
 	}
 }
 
