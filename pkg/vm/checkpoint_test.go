@@ -418,6 +418,15 @@ func TestVMRestore(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("restored: Start %v to the agent answering; phases %v", time.Since(start).Round(time.Millisecond), v.Phases())
+	// A second pod of the same checkpoint on this node is refused while
+	// the first holds its domain, leaving nothing.
+	_, twice, err := newVM(ctx, t, "restore-twice", func(r *vm.Request) { r.From = ck })
+	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "one pod of a node at a time") {
+		t.Errorf("a second restore of the checkpoint on the node: %v; want FailedPrecondition", err)
+	}
+	if _, err := os.Stat(twice.Layout.VMDir()); !os.IsNotExist(err) {
+		t.Errorf("the refused second restore left its VM dir: %v", err)
+	}
 	if got := readCounter(ctx, t, v); got < before {
 		t.Errorf("the restored guest's counter is at %d, below the %d it had before the checkpoint: it started over", got, before)
 	}

@@ -224,6 +224,15 @@ func Create(ctx context.Context, req Request, open Opener) (_ *VM, retErr error)
 		if err := checkNodeMachine(fromMachine, env.Host); err != nil {
 			return nil, fmt.Errorf("restore from %s: %w", req.From, err)
 		}
+		// The restored VM keeps the checkpoint's domain (its name and
+		// UUID), which one VM of a node can hold at a time.
+		if _, err := v.hv.Info(ctx, req.Spec.Name); err == nil {
+			return nil, fmt.Errorf("restore from %s: the checkpoint's VM (domain %s) is on this node already, in the pod it was taken of "+
+				"or in another pod of the same checkpoint; a checkpoint restores into one pod of a node at a time: %w",
+				req.From, req.Spec.Name, errdefs.ErrFailedPrecondition)
+		} else if !errdefs.IsNotFound(err) {
+			return nil, err
+		}
 		if from.Saved, err = v.hv.SavedDefinition(ctx, from.State); err != nil {
 			return nil, fmt.Errorf("restore from %s: %w", req.From, err)
 		}
