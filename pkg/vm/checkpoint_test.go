@@ -178,18 +178,11 @@ func TestVMCheckpoint(t *testing.T) {
 // edit changes its request first.
 func newVM(ctx context.Context, t testing.TB, name string, edit func(*vm.Request)) (*vm.VM, vm.Request, error) {
 	t.Helper()
-	rt, h, root := runtimeForTest(t)
-	dir, err := os.MkdirTemp(root, "pod-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rec records
-	req := lifecycleRequest(t, "boot-pod.yaml", name, dir, &rec)
-	req.Jail = jailForTest(t, root, dir)
+	req, _, open := bootRequest(t, name)
 	if edit != nil {
 		edit(&req)
 	}
-	v, err := vm.Create(ctx, req, func(context.Context) (vm.Env, error) { return vm.Env{Runtime: rt, Host: h}, nil })
+	v, err := vm.Create(ctx, req, open)
 	if err == nil {
 		t.Cleanup(func() { _ = v.Delete(context.Background()) })
 	}
@@ -526,15 +519,7 @@ func BenchmarkCheckpointRestore(b *testing.B) {
 func TestCheckpointCrash(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	rt, h, root := runtimeForTest(t)
-	dir, err := os.MkdirTemp(root, "pod-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rec records
-	req := lifecycleRequest(t, "boot-pod.yaml", "ckpt-crash", dir, &rec)
-	req.Jail = jailForTest(t, root, dir)
-	open := func(context.Context) (vm.Env, error) { return vm.Env{Runtime: rt, Host: h}, nil }
+	req, rec, open := bootRequest(t, "ckpt-crash")
 	first, err := vm.Create(ctx, req, open)
 	if err != nil {
 		t.Fatal(err)
@@ -589,4 +574,21 @@ func TestCheckpointCrash(t *testing.T) {
 	if _, err := adopted.Checkpoint(ctx, t.TempDir()); err != nil {
 		t.Errorf("a checkpoint after the finished one: %v", err)
 	}
+}
+
+// bootRequest is the request for a VM of the test guest named name in a
+// pod dir of its own on the test runtime, with the records it makes
+// (rec.last() is what it holds, for Adopt) and the opener to create and
+// adopt it with.
+func bootRequest(t testing.TB, name string) (vm.Request, *records, vm.Opener) {
+	t.Helper()
+	rt, h, root := runtimeForTest(t)
+	dir, err := os.MkdirTemp(root, "pod-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &records{}
+	req := lifecycleRequest(t, "boot-pod.yaml", name, dir, rec)
+	req.Jail = jailForTest(t, root, dir)
+	return req, rec, func(context.Context) (vm.Env, error) { return vm.Env{Runtime: rt, Host: h}, nil }
 }

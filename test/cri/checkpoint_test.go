@@ -29,20 +29,8 @@ import (
 // and the guest leases the new pod's IP and answers on it; the same image
 // without the node's signature is refused.
 func TestCrictlCheckpoint(t *testing.T) {
-	n := newNode(t)
-	ref := n.serveImage()
-	key, trust := ckptarchive.SigningKeys(t, n.dir)
-	n.serverArgs = []string{"--state-signing-key", key, "--state-trust-keys", trust}
-	n.start()
-	n.must("pull", ref)
-	podCfg, ctrCfg := n.configs(ref, n.cgroup)
-	podID := strings.TrimSpace(n.must("runp", podCfg))
-	ip1 := n.podIP(podID)
-	id := strings.TrimSpace(n.must("create", podID, ctrCfg, podCfg))
-	n.must("start", id)
-	n.waitLogs(id, "VMPOD-GUEST: ready", 3*time.Minute)
+	n, ref, podID, id, ip1 := startCounting(t)
 	pid := n.qemuPID()
-	n.must("exec", "-s", id, "sh", "-c", ckptarchive.CounterScript)
 	counter := func() int {
 		t.Helper()
 		out := n.must("exec", "-s", id, "cat", "/run/counter")
@@ -229,4 +217,24 @@ func httpIn(path, addr string) (string, error) {
 	}
 	reply, err := io.ReadAll(io.LimitReader(conn, 64<<10))
 	return string(reply), err
+}
+
+// startCounting starts a node whose checkpoints are signed and trusted,
+// and on it a VM pod of the test guest running ckptarchive.CounterScript:
+// the image's ref, the pod's and container's ids and the pod's IP.
+func startCounting(t *testing.T) (n *node, ref, podID, id, ip string) {
+	n = newNode(t)
+	ref = n.serveImage()
+	key, trust := ckptarchive.SigningKeys(t, n.dir)
+	n.serverArgs = []string{"--state-signing-key", key, "--state-trust-keys", trust}
+	n.start()
+	n.must("pull", ref)
+	podCfg, ctrCfg := n.configs(ref, n.cgroup)
+	podID = strings.TrimSpace(n.must("runp", podCfg))
+	ip = n.podIP(podID)
+	id = strings.TrimSpace(n.must("create", podID, ctrCfg, podCfg))
+	n.must("start", id)
+	n.waitLogs(id, "VMPOD-GUEST: ready", 3*time.Minute)
+	n.must("exec", "-s", id, "sh", "-c", ckptarchive.CounterScript)
+	return n, ref, podID, id, ip
 }

@@ -29,12 +29,7 @@ import (
 // new pod's IP. A checkpoint without the node's signature, or asked for
 // with containers it does not have, is refused with no sandbox left.
 func TestCheckpointPod(t *testing.T) {
-	n := newNode(t)
-	ref := n.serveImage()
-	key, trust := ckptarchive.SigningKeys(t, n.dir)
-	n.serverArgs = []string{"--state-signing-key", key, "--state-trust-keys", trust}
-	n.start()
-	n.must("pull", ref)
+	n, ref, podID, id, ip1 := startCounting(t)
 	conn, err := grpc.NewClient("unix://"+n.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -44,13 +39,6 @@ func TestCheckpointPod(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 
-	podCfg, ctrCfg := n.configs(ref, n.cgroup)
-	podID := strings.TrimSpace(n.must("runp", podCfg))
-	ip1 := n.podIP(podID)
-	id := strings.TrimSpace(n.must("create", podID, ctrCfg, podCfg))
-	n.must("start", id)
-	n.waitLogs(id, "VMPOD-GUEST: ready", 3*time.Minute)
-	n.must("exec", "-s", id, "sh", "-c", ckptarchive.CounterScript)
 	guestFloat := func(id, cmd string) float64 {
 		t.Helper()
 		out := n.must("exec", "-s", id, "sh", "-c", cmd)
