@@ -240,26 +240,28 @@ type captured struct {
 }
 
 // capture is the part of a checkpoint a crash can interrupt with the VM
-// changed: the top layer made, the mark (checkpointMark) written that
-// says so and whether the guest is to run again, then the guest's memory
+// changed: the mark (checkpointMark) written that says so and whether the
+// guest is to run again, the top layer made, then the guest's memory
 // written to state and its disk switched onto the top layer, which
 // leaves the guest paused. Whatever follows, settleCheckpoint undoes
 // what the mark names, from Checkpoint itself or, after a crash, Adopt.
 func (v *VM) capture(ctx context.Context, state string, resume bool) (captured, error) {
 	l := v.layout
 	var c captured
-	if _, err := os.Lstat(l.Overlay()); err == nil {
-		c.disk, c.top = l.Overlay(), l.topLayer()
-		if err := v.makeTopLayer(); err != nil {
-			return c, err
-		}
-	}
+	// The mark first: it names the top layer for the undo, whatever
+	// follows.
 	data, err := json.Marshal(checkpointMark{Resume: resume})
 	if err == nil {
 		err = writeNew(l.checkpointMark(), data)
 	}
 	if err != nil {
 		return c, fmt.Errorf("%s: %v: %w", l.checkpointMark(), err, errdefs.ErrInternal)
+	}
+	if _, err := os.Lstat(l.Overlay()); err == nil {
+		c.disk, c.top = l.Overlay(), l.topLayer()
+		if err := v.makeTopLayer(); err != nil {
+			return c, err
+		}
 	}
 	c.snapped = time.Now()
 	err = v.hv.Snapshot(ctx, v.spec.Name, virt.SnapshotRequest{StateFile: state, Disk: c.disk, Top: c.top, Emulator: v.host.Emulator})
