@@ -1,6 +1,7 @@
 package cri
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -193,7 +194,7 @@ func readPodCheckpoint(what, dir string) (podCheckpoint, error) {
 	if err != nil {
 		return index, errorf(errdefs.ErrInvalidArgument, "%s: checkpoint_path %s: not a vmpod pod checkpoint: %v", what, dir, err)
 	}
-	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&index); err != nil {
 		return index, errorf(errdefs.ErrInvalidArgument, "%s: %s: %v", what, podCheckpointIndex, err)

@@ -122,15 +122,7 @@ func TestCrictlCheckpoint(t *testing.T) {
 	id2 := strings.TrimSpace(n.must("create", pod2ID, restored, pod2))
 	start = time.Now()
 	n.must("start", id2)
-	for {
-		if _, err := n.crictlRun(10*time.Second, "exec", "-s", id2, "true"); err == nil {
-			break
-		} else if time.Since(start) > 2*time.Minute {
-			t.Fatalf("the restored guest's agent does not answer: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Logf("restored: crictl start to the guest agent answering: %v", time.Since(start).Round(time.Millisecond))
+	t.Logf("restored: crictl start to the guest agent answering: %v", n.waitAgent(id2, start).Round(time.Millisecond))
 	counter2 := func() int {
 		t.Helper()
 		c, err := strconv.Atoi(strings.TrimSpace(n.must("exec", "-s", id2, "cat", "/run/counter")))
@@ -237,4 +229,20 @@ func startCounting(t *testing.T) (n *node, ref, podID, id, ip string) {
 	n.waitLogs(id, "VMPOD-GUEST: ready", 3*time.Minute)
 	n.must("exec", "-s", id, "sh", "-c", ckptarchive.CounterScript)
 	return n, ref, podID, id, ip
+}
+
+// waitAgent waits, up to two minutes from start, until the guest agent of
+// container id answers an exec, and returns how long after start it did.
+func (n *node) waitAgent(id string, start time.Time) time.Duration {
+	n.t.Helper()
+	for {
+		_, err := n.crictlRun(10*time.Second, "exec", "-s", id, "true")
+		if err == nil {
+			return time.Since(start)
+		}
+		if time.Since(start) > 2*time.Minute {
+			n.t.Fatalf("the restored guest's agent does not answer: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

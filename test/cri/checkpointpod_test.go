@@ -171,15 +171,7 @@ func TestCheckpointPod(t *testing.T) {
 	if _, err := rs.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id2}); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		if _, err := n.crictlRun(10*time.Second, "exec", "-s", id2, "true"); err == nil {
-			break
-		} else if time.Since(start) > 2*time.Minute {
-			t.Fatalf("the restored guest's agent does not answer: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Logf("restored: StartContainer to the guest agent answering: %v", time.Since(start).Round(time.Millisecond))
+	t.Logf("restored: StartContainer to the guest agent answering: %v", n.waitAgent(id2, start).Round(time.Millisecond))
 	if c := guestFloat(id2, "cat /run/counter"); c < before {
 		t.Errorf("the restored guest's counter is at %v, below the %v before the checkpoint: it started over", c, before)
 	}
