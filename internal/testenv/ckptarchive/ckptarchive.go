@@ -30,8 +30,11 @@ import (
 
 // CounterScript, run in a guest (sh -c), starts a counter that counts
 // every 100 ms into /run/counter and returns: after a restore it goes on
-// from where the checkpoint left it, after a boot it starts over.
-const CounterScript = `setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /run/counter; sleep 0.1; done' </dev/null >/dev/null 2>&1 &`
+// from where the checkpoint left it, after a boot it starts over. Each
+// count is written beside the file and renamed over it, so that a reader
+// never finds it empty, not even in a guest paused or snapshotted between
+// the shell's truncate and its write.
+const CounterScript = `setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /run/counter.new; mv /run/counter.new /run/counter; sleep 0.1; done' </dev/null >/dev/null 2>&1 &`
 
 // Check reads the archive at path and fails t unless it holds a VM's
 // checkpoint in the layout containerd and CRI-O write (checkpointctl's):
