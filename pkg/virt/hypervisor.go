@@ -100,6 +100,16 @@ type Hypervisor interface {
 	// not a whole state file; FailedPrecondition when the domain runs.
 	Restore(ctx context.Context, name, file string) error
 
+	// CopyStateAs writes dst, a new file: a copy of the state file src
+	// whose saved definition names another domain, name with uuid, and
+	// is otherwise the same, so that a second domain can be restored from
+	// the same state beside the first (the hypervisor's check of the
+	// definition compares both). InvalidArgument when src is not a
+	// whole state file or the new definition would not fit in it;
+	// NotImplemented where state files are the hypervisor's own (the
+	// test driver).
+	CopyStateAs(ctx context.Context, src, dst, name, uuid string) error
+
 	// SetLink takes the link of each of a running or paused domain's
 	// network interfaces down or up, as a cable pulled and plugged in:
 	// the guest sees its carrier go and come back. A restored guest is

@@ -402,40 +402,91 @@ func TestVMRestore(t *testing.T) {
 	if _, err := v.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
+	waitAgent(ctx, t, v)
+	t.Logf("restored: Start %v to the agent answering; phases %v", time.Since(start).Round(time.Millisecond), v.Phases())
+	// A second pod of the same checkpoint on this node, while the first
+	// holds the checkpoint's domain, is restored beside it as a domain
+	// of its own name and UUID, from a copy of the state it removes.
+	beside, besideReq, err := newVM(ctx, t, "restore-beside", func(r *vm.Request) { r.From = ck })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := beside.Spec().Name, besideReq.Spec.Name; got != want || got == domain {
+		t.Errorf("the VM restored beside the first has domain %q; want its own %q", got, want)
+	}
+	start = time.Now()
+	if _, err := beside.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitAgent(ctx, t, beside)
+	t.Logf("restored beside: Start %v to the agent answering; phases %v", time.Since(start).Round(time.Millisecond), beside.Phases())
+	if _, err := os.Stat(besideReq.Layout.RestoreState()); !os.IsNotExist(err) {
+		t.Errorf("the copy of the state stays after the restore: %v", err)
+	}
+	if ua, ub := qemuUUID(ctx, t, v), qemuUUID(ctx, t, beside); ua == ub {
+		t.Errorf("both restored domains have UUID %s", ua)
+	}
+	for _, w := range []*vm.VM{v, beside} {
+		if got := readCounter(ctx, t, w); got < before {
+			t.Errorf("%s: the restored guest's counter is at %d, below the %d it had before the checkpoint: it started over", w.Spec().Name, got, before)
+		}
+		if up := uptime(w); up < upBefore {
+			t.Errorf("%s: the restored guest's uptime %.1f s is below the %.1f s before the checkpoint: it booted", w.Spec().Name, up, upBefore)
+		}
+		first := readCounter(ctx, t, w)
+		time.Sleep(time.Second)
+		if next := readCounter(ctx, t, w); next <= first {
+			t.Errorf("%s: the restored guest's counter stands at %d", w.Spec().Name, next)
+		}
+		if got := guestSh(ctx, t, w, `cat /mnt/before; ls /mnt`); !strings.Contains(got, "before") || strings.Contains(got, "after") {
+			t.Errorf("%s: the restored guest's disk: %q; want what was written before the checkpoint only", w.Spec().Name, got)
+		}
+	}
+	// Each writes to a disk of its own.
+	guestSh(ctx, t, v, `echo again > /mnt/again && sync`)
+	if got := guestSh(ctx, t, v, `cat /mnt/again`); got != "again" {
+		t.Errorf("the restored guest's disk takes no writes: %q", got)
+	}
+	if got := guestSh(ctx, t, beside, `ls /mnt`); strings.Contains(got, "again") {
+		t.Errorf("the guest restored beside sees the other's write: %q", got)
+	}
+}
+
+// qemuUUID is the UUID v's QEMU was started with (its -uuid), which is
+// its domain's.
+func qemuUUID(ctx context.Context, t testing.TB, v *vm.VM) string {
+	t.Helper()
+	pid, err := v.PID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := strings.Split(string(b), "\x00")
+	for i, a := range args {
+		if a == "-uuid" && i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	t.Fatalf("QEMU %d has no -uuid: %q", pid, args)
+	return ""
+}
+
+// waitAgent waits until v's guest agent answers.
+func waitAgent(ctx context.Context, t testing.TB, v *vm.VM) {
+	t.Helper()
+	start := time.Now()
 	for {
-		if err := v.PingAgent(ctx); err == nil {
-			break
-		} else if time.Since(start) > time.Minute {
-			t.Fatalf("the restored guest's agent does not answer: %v", err)
+		err := v.PingAgent(ctx)
+		if err == nil {
+			return
+		}
+		if time.Since(start) > time.Minute {
+			t.Fatalf("the guest agent of %s does not answer: %v", v.Spec().Name, err)
 		}
 		time.Sleep(100 * time.Millisecond)
-	}
-	t.Logf("restored: Start %v to the agent answering; phases %v", time.Since(start).Round(time.Millisecond), v.Phases())
-	// A second pod of the same checkpoint on this node is refused while
-	// the first holds its domain, leaving nothing.
-	_, twice, err := newVM(ctx, t, "restore-twice", func(r *vm.Request) { r.From = ck })
-	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "one pod of a node at a time") {
-		t.Errorf("a second restore of the checkpoint on the node: %v; want FailedPrecondition", err)
-	}
-	if _, err := os.Stat(twice.Layout.VMDir()); !os.IsNotExist(err) {
-		t.Errorf("the refused second restore left its VM dir: %v", err)
-	}
-	if got := readCounter(ctx, t, v); got < before {
-		t.Errorf("the restored guest's counter is at %d, below the %d it had before the checkpoint: it started over", got, before)
-	}
-	if up := uptime(v); up < upBefore {
-		t.Errorf("the restored guest's uptime %.1f s is below the %.1f s before the checkpoint: it booted", up, upBefore)
-	}
-	first := readCounter(ctx, t, v)
-	time.Sleep(time.Second)
-	if next := readCounter(ctx, t, v); next <= first {
-		t.Errorf("the restored guest's counter stands at %d", next)
-	}
-	if got := guestSh(ctx, t, v, `cat /mnt/before; ls /mnt`); !strings.Contains(got, "before") || strings.Contains(got, "after") {
-		t.Errorf("the restored guest's disk: %q; want what was written before the checkpoint only", got)
-	}
-	if got := guestSh(ctx, t, v, `echo again > /mnt/again && sync && cat /mnt/again`); got != "again" {
-		t.Errorf("the restored guest's disk takes no writes: %q", got)
 	}
 }
 

@@ -18,3 +18,7 @@ func (v *VM) CrashCheckpoint(ctx context.Context, dir string) error {
 // and its mark while it runs.
 func (l Layout) TopLayer() string       { return l.topLayer() }
 func (l Layout) CheckpointMark() string { return l.checkpointMark() }
+
+// RestoreState is where a VM restored beside another keeps its copy of
+// the state until Start.
+func (l Layout) RestoreState() string { return l.restoreState() }

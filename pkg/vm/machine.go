@@ -2,9 +2,11 @@ package vm
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -65,6 +67,15 @@ type From struct {
 	Saved string
 	// Disk is the disk overlay as it was, copied to the VM's overlay.
 	Disk string
+	// Beside is set when another VM of this node was restored from the
+	// same state and holds its domain. Then Create restores this one as
+	// a domain of its own name and a new UUID from a copy of State that
+	// says so (virt.Hypervisor.CopyStateAs), which Start removes once
+	// QEMU loaded it, and fills Saved from the copy. Its guest wakes
+	// with the other's MAC, GuestMAC: Start gives it the pod's through
+	// its agent (takePodMAC).
+	Beside   bool
+	GuestMAC net.HardwareAddr
 }
 
 // Jail is how QEMU is confined (pkg/jail).
@@ -104,6 +115,13 @@ type Machine struct {
 
 	phases Phases // of Create and Start
 
+	// restoreCopy: restoreFrom is the VM's own copy (From.Beside), which
+	// Start removes once QEMU loaded it.
+	restoreCopy bool
+	// guestMAC, when set, is the MAC the restored guest wakes with, which
+	// Start replaces with podMAC (takePodMAC).
+	guestMAC net.HardwareAddr
+	podMAC   string
 	// restoreFrom is the state file Start restores the VM from instead
 	// of booting it, "" to boot.
 	restoreFrom string
@@ -181,6 +199,20 @@ func (rt *Runtime) Create(ctx context.Context, cfg Config) (_ *Machine, retErr e
 	watch.lap("jail")
 	var xml string
 	if cfg.From != nil {
+		if cfg.From.Beside {
+			if err := hv.CopyStateAs(ctx, cfg.From.State, l.restoreState(), cfg.Spec.Name, newUUID()); err != nil {
+				return nil, err
+			}
+			defer func() {
+				if retErr != nil {
+					os.Remove(l.restoreState())
+				}
+			}()
+			watch.lap("state copy")
+			if cfg.From.Saved, err = hv.SavedDefinition(ctx, l.restoreState()); err != nil {
+				return nil, err
+			}
+		}
 		xml, err = convert.Restored(cfg.From.Saved, d)
 	} else {
 		xml, err = d.Marshal()
@@ -196,12 +228,29 @@ func (rt *Runtime) Create(ctx context.Context, cfg Config) (_ *Machine, retErr e
 		consoleOut: cfg.ConsoleOut, consoleLogBytes: cfg.ConsoleLogBytes}
 	if cfg.From != nil {
 		m.restoreFrom = cfg.From.State
+		if cfg.From.Beside {
+			m.restoreFrom = l.restoreState()
+			m.restoreCopy = true
+			m.guestMAC = cfg.From.GuestMAC
+			for _, nic := range cfg.NICs {
+				m.podMAC = nic.MAC // one NIC: the pod's
+			}
+		}
 	}
 	if cfg.Spec.Console {
 		m.consoleSocket = l.Console()
 	}
 	rt.add(m)
 	return m, nil
+}
+
+// newUUID is a random (version 4) UUID.
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
 }
 
 // jailSpec is the jail of cfg's QEMU, for a domain of type domainType.
@@ -306,7 +355,14 @@ type Prepare func(ctx context.Context, pid int) error
 func (m *Machine) Start(ctx context.Context, prepare Prepare) (retErr error) {
 	watch := newStopwatch(&m.phases)
 	if m.restoreFrom != "" {
-		if err := m.hv.Restore(ctx, m.name, m.restoreFrom); err != nil {
+		err := m.hv.Restore(ctx, m.name, m.restoreFrom)
+		if m.restoreCopy {
+			// QEMU has loaded it, or will never.
+			if rerr := os.Remove(m.restoreFrom); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+				log.L.WithError(rerr).WithField("vm", m.name).Warn("the copy of the state it was restored from stays")
+			}
+		}
+		if err != nil {
 			return err
 		}
 		watch.lap("restore")
@@ -362,7 +418,14 @@ func (m *Machine) Start(ctx context.Context, prepare Prepare) (retErr error) {
 	}
 	watch.lap("resume")
 	if m.restoreFrom != "" {
-		go m.relink()
+		resumed := time.Now()
+		if m.guestMAC != nil {
+			if err := m.takePodMAC(ctx); err != nil {
+				return err
+			}
+			watch.lap("guest MAC")
+		}
+		go m.relink(time.Until(resumed.Add(relinkAfter)))
 	}
 	return nil
 }
@@ -377,11 +440,11 @@ var relinkAfter = 500 * time.Millisecond
 // follows the carrier (systemd-networkd's, NetworkManager's, the test
 // guest's) then leases the pod's address. A guest whose client does not
 // keeps the address it had; docs/day2.md says so.
-func (m *Machine) relink() {
+func (m *Machine) relink(after time.Duration) {
 	select {
 	case <-m.exited:
 		return
-	case <-time.After(relinkAfter):
+	case <-time.After(after):
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

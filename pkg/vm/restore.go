@@ -1,11 +1,13 @@
 package vm
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -208,4 +210,62 @@ func (v *VM) syncGuestClock(ctx context.Context) {
 		case <-time.After(resizePoll):
 		}
 	}
+}
+
+// restoreState is where a VM restored beside another of the same state
+// gets its own copy of the state file (From.Beside) until Start.
+func (l Layout) restoreState() string { return filepath.Join(l.VMDir(), "restore.state") }
+
+// guestMACWait bounds how long a restored Start waits for the guest's
+// agent to give the guest the pod's MAC (it answers about 0.7 s after a
+// restore under TCG).
+const guestMACWait = 30 * time.Second
+
+// takePodMAC gives the restored guest the pod's MAC in place of the one
+// it was saved with, which another pod of this node has: the guest's NIC
+// (its agent names it by the saved MAC) is set to the pod's address with
+// ip(8), through the agent, while its link is still down. Until then the
+// pod interface drops what the guest sends (only the pod's MAC passes),
+// so the MAC is never seen twice outside. A guest without an agent, or
+// without ip, cannot be restored beside another: the error says so.
+func (m *Machine) takePodMAC(ctx context.Context) error {
+	what := fmt.Sprintf("give the guest of %s this pod's MAC %s in place of %s, which another pod of the same checkpoint on this node has", m.name, m.podMAC, m.guestMAC)
+	ctx, cancel := context.WithTimeout(ctx, guestMACWait)
+	defer cancel()
+	var ifaces []struct {
+		Name string `json:"name"`
+		MAC  string `json:"hardware-address"`
+	}
+	for {
+		err := m.agent(ctx, "guest-network-get-interfaces", nil, &ifaces)
+		if err == nil {
+			break
+		}
+		if !errdefs.IsUnavailable(err) && !errdefs.IsFailedPrecondition(err) && !errdefs.IsDeadlineExceeded(err) || ctx.Err() != nil {
+			return fmt.Errorf("%s: the guest agent does not answer (%v); a checkpoint restores into a second pod of a node only with a guest agent: %w",
+				what, err, errdefs.ErrFailedPrecondition)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(resizePoll):
+		}
+	}
+	name := ""
+	for _, i := range ifaces {
+		if mac, err := net.ParseMAC(i.MAC); err == nil && bytes.Equal(mac, m.guestMAC) {
+			name = i.Name
+		}
+	}
+	if name == "" {
+		return fmt.Errorf("%s: the guest has no interface with MAC %s (its agent reports %d): %w", what, m.guestMAC, len(ifaces), errdefs.ErrFailedPrecondition)
+	}
+	res, err := m.Exec(ctx, ExecRequest{Args: []string{"ip", "link", "set", "dev", name, "address", m.podMAC}})
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if res.ExitCode != 0 {
+		return fmt.Errorf("%s: ip link set dev %s address %s exited %d: %s: %w", what, name, m.podMAC, res.ExitCode,
+			firstLine(append(res.Stderr, res.Stdout...)), errdefs.ErrFailedPrecondition)
+	}
+	return nil
 }

@@ -178,7 +178,7 @@ func Create(ctx context.Context, req Request, open Opener) (_ *VM, retErr error)
 	}
 	var from *From
 	var restoreMAC net.HardwareAddr
-	var fromMachine string
+	var fromMachine, fromDomain, podName string
 	if req.From != "" {
 		m, err := ReadCheckpoint(req.From)
 		if err != nil {
@@ -195,6 +195,7 @@ func Create(ctx context.Context, req Request, open Opener) (_ *VM, retErr error)
 			return nil, fmt.Errorf("restore from %s: the checkpoint has a disk overlay: %t, the image a disk: %t: %w",
 				req.From, from.Disk != "", img.Disk != "", errdefs.ErrFailedPrecondition)
 		}
+		podName, fromDomain = req.Spec.Name, m.Domain
 		v.spec.Name, req.Spec.Name = m.Domain, m.Domain
 		fromMachine = m.Machine
 		if m.MAC != "" && len(req.Spec.NICs) > 0 {
@@ -225,15 +226,21 @@ func Create(ctx context.Context, req Request, open Opener) (_ *VM, retErr error)
 			return nil, fmt.Errorf("restore from %s: %w", req.From, err)
 		}
 		// The restored VM keeps the checkpoint's domain (its name and
-		// UUID), which one VM of a node can hold at a time.
-		if _, err := v.hv.Info(ctx, req.Spec.Name); err == nil {
-			return nil, fmt.Errorf("restore from %s: the checkpoint's VM (domain %s) is on this node already, in the pod it was taken of "+
-				"or in another pod of the same checkpoint; a checkpoint restores into one pod of a node at a time: %w",
-				req.From, req.Spec.Name, errdefs.ErrFailedPrecondition)
+		// UUID), which one VM of a node can hold at a time. A VM of this
+		// node has it already (the pod the checkpoint was taken of, or
+		// another pod restored from it): this one is restored beside it
+		// as a domain of the pod's own name, and its guest takes the
+		// pod's MAC (From.Beside).
+		if _, err := v.hv.Info(ctx, fromDomain); err == nil {
+			if podName == fromDomain {
+				return nil, fmt.Errorf("restore from %s: the checkpoint's VM (domain %s) runs on this node, in a pod of the same name: %w",
+					req.From, fromDomain, errdefs.ErrFailedPrecondition)
+			}
+			v.spec.Name, req.Spec.Name = podName, podName
+			from.Beside, from.GuestMAC, restoreMAC = true, restoreMAC, nil
 		} else if !errdefs.IsNotFound(err) {
 			return nil, err
-		}
-		if from.Saved, err = v.hv.SavedDefinition(ctx, from.State); err != nil {
+		} else if from.Saved, err = v.hv.SavedDefinition(ctx, from.State); err != nil {
 			return nil, fmt.Errorf("restore from %s: %w", req.From, err)
 		}
 		v.restored = true
