@@ -1,7 +1,6 @@
 package containerd_test
 
 import (
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -143,17 +142,31 @@ func TestCrictlCheckpoint(t *testing.T) {
 		return c.Crictl(t, "exec", "-s", id2, "cat", "/run/ip")
 	})
 	t.Logf("restored: crictl start to the guest holding the new pod IP %s (it had %s): %v", ip2, ip1, took.Round(time.Millisecond))
-	conn := dialInNode(t, c, ip2+":8080")
-	conn.SetDeadline(time.Now().Add(time.Minute))
-	io.WriteString(conn, "GET / HTTP/1.0\r\n\r\n")
-	reply, err := io.ReadAll(io.LimitReader(conn, 64<<10))
-	conn.Close()
-	if !strings.HasPrefix(string(reply), "HTTP/1.0 200 OK") {
-		t.Errorf("HTTP GET of the restored guest on the new pod IP %s: %q, %v; want 200", ip2, reply, err)
+	httpGet(t, c, ip2)
+
+	// A third pod of the image beside the second, which holds the
+	// checkpoint's domain and MAC: its guest takes its own pod's MAC and
+	// IP, and both answer.
+	pod3 := c.NewPodConfig("beside", "default", "7e57-0c03", nil)
+	pod3ID := c.RunPod(t, pod3, "vmpod")
+	id3 := c.CreateContainer(t, pod3ID, ctr2, pod3)
+	start = time.Now()
+	c.MustCrictl(t, "start", id3)
+	ip3 := c.InspectPod(t, pod3ID).IP
+	took = ckptarchive.WaitGuestIP(t, start, ip3, ip1, func() (string, error) {
+		return c.Crictl(t, "exec", "-s", id3, "cat", "/run/ip")
+	})
+	t.Logf("restored beside: crictl start to the guest holding its pod IP %s: %v", ip3, took.Round(time.Millisecond))
+	if mac, err := c.Crictl(t, "exec", "-s", id3, "cat", "/sys/class/net/eth0/address"); err != nil || strings.TrimSpace(mac) == m.MAC {
+		t.Errorf("the guest restored beside has MAC %q (%v); want its pod's, not the checkpoint's %s", mac, err, m.MAC)
 	}
-	c.MustCrictl(t, "stop", "--timeout", "30", id2)
-	c.MustCrictl(t, "rm", id2)
-	c.StopRemovePod(t, pod2ID)
+	httpGet(t, c, ip2)
+	httpGet(t, c, ip3)
+	for _, p := range [][2]string{{id2, pod2ID}, {id3, pod3ID}} {
+		c.MustCrictl(t, "stop", "--timeout", "30", p[0])
+		c.MustCrictl(t, "rm", p[0])
+		c.StopRemovePod(t, p[1])
+	}
 	if entries, _ := os.ReadDir(filepath.Join(state, "pods")); len(entries) > 0 {
 		t.Errorf("pod state left: %v", entries)
 	}

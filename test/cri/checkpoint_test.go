@@ -27,7 +27,8 @@ import (
 // restores the VM in a new pod once the first is gone: the guest's
 // counter and uptime go on, the new pod's interface has the guest's MAC,
 // and the guest leases the new pod's IP and answers on it; the same image
-// without the node's signature is refused.
+// without the node's signature is refused. A third pod of the image,
+// beside the second, runs the same guest with its own MAC and IP.
 func TestCrictlCheckpoint(t *testing.T) {
 	n, ref, podID, id, ip1 := startCounting(t)
 	pid := n.qemuPID()
@@ -156,10 +157,48 @@ func TestCrictlCheckpoint(t *testing.T) {
 		t.Errorf("HTTP GET of the restored guest on the new pod IP %s: %q, %v; want 200", ip2, reply, err)
 	}
 
-	n.must("stop", "--timeout", "30", id2)
-	n.must("rm", id2)
-	n.must("stopp", pod2ID)
-	n.must("rmp", pod2ID)
+	// A third pod of the same image on the node, while the second holds
+	// the checkpoint's domain and MAC: restored beside it, its guest
+	// takes its own pod's MAC (the pod interface keeps the one CNI gave
+	// it) and IP, and both guests answer, each on its own address.
+	pod3 := n.writeJSON("pod-beside.json", map[string]any{
+		"metadata":      map[string]any{"name": "beside", "namespace": "default", "uid": "7e57-c41-0c03", "attempt": 0},
+		"hostname":      "beside",
+		"log_directory": filepath.Join(n.dir, "logs", "beside"),
+		"linux":         map[string]any{"cgroup_parent": n.cgroup},
+	})
+	pod3ID := strings.TrimSpace(n.must("runp", pod3))
+	mac3 := n.podMAC(pod3ID)
+	id3 := strings.TrimSpace(n.must("create", pod3ID, n.ctrConfig("vm-beside.json", restoreRef, 0, nil), pod3))
+	start = time.Now()
+	n.must("start", id3)
+	t.Logf("restored beside: crictl start to the guest agent answering: %v", n.waitAgent(id3, start).Round(time.Millisecond))
+	if mac := n.podMAC(pod3ID); mac != mac3 || mac == m.MAC {
+		t.Errorf("the third pod's interface has MAC %s; want its own %s, not the checkpoint's %s", mac, mac3, m.MAC)
+	}
+	if mac := strings.TrimSpace(n.must("exec", "-s", id3, "cat", "/sys/class/net/eth0/address")); mac != mac3 {
+		t.Errorf("the guest restored beside has MAC %s; want its pod's %s", mac, mac3)
+	}
+	ip3 := n.podIP(pod3ID)
+	took = ckptarchive.WaitGuestIP(t, start, ip3, ip1, func() (string, error) {
+		return n.crictlRun(10*time.Second, "exec", "-s", id3, "cat", "/run/ip")
+	})
+	t.Logf("restored beside: crictl start to the guest holding its pod IP %s: %v", ip3, took.Round(time.Millisecond))
+	if c, err := strconv.Atoi(strings.TrimSpace(n.must("exec", "-s", id3, "cat", "/run/counter"))); err != nil || c < before {
+		t.Errorf("the counter of the guest restored beside is %d (%v), below the %d before the checkpoint", c, err, before)
+	}
+	for _, ip := range []string{ip2, ip3} {
+		if reply, err := httpIn(n.nsPath, ip+":8080"); err != nil || !strings.HasPrefix(reply, "HTTP/1.0 200 OK") {
+			t.Errorf("HTTP GET of %s with both restored guests running: %q, %v; want 200", ip, reply, err)
+		}
+	}
+
+	for _, p := range [][2]string{{id2, pod2ID}, {id3, pod3ID}} {
+		n.must("stop", "--timeout", "30", p[0])
+		n.must("rm", p[0])
+		n.must("stopp", p[1])
+		n.must("rmp", p[1])
+	}
 	n.must("rmi", ref, restoreRef, unsignedRef)
 	n.stop()
 	n.assertNothingLeft()
