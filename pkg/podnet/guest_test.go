@@ -79,12 +79,12 @@ func TestGuest(t *testing.T) {
 	leased := time.Since(g.start)
 
 	// HTTP from the node netns to the pod IP; the guest answers with the
-	// hostname it got by DHCP.
+	// hostname it got by DHCP and the address it holds.
 	body, err := httpGetFromNetns(g.ctx, g.tp.node, "http://10.244.0.5:8080/")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "vmpod-guest vmpod-e2e\n"; body != want {
+	if want := "vmpod-guest vmpod-e2e 10.244.0.5/24\n"; body != want {
 		t.Errorf("GET http://10.244.0.5:8080/ = %q, want %q", body, want)
 	}
 	answered := time.Since(g.start)
@@ -115,7 +115,7 @@ func TestGuestPrefixOffLink(t *testing.T) {
 		cancel()
 		if err != nil {
 			t.Errorf("from the %s: %v", from.name, err)
-		} else if want := "vmpod-guest vmpod-e2e\n"; body != want {
+		} else if want := "vmpod-guest vmpod-e2e 10.244.0.5/32\n"; body != want {
 			t.Errorf("from the %s: GET http://10.244.0.5:8080/ = %q, want %q", from.name, body, want)
 		}
 	}

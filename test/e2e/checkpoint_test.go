@@ -18,6 +18,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/vmpod/vmpod/internal/nsthread"
 	"github.com/vmpod/vmpod/internal/ociarchive"
@@ -32,9 +36,10 @@ import (
 // image, which reaches the other node (ctr import on the containerd node,
 // the node's registry for the VM-only node), and a pod of that image
 // there starts where the first VM was: the guest's counter and uptime go
-// on, with no restart, and its HTTP server answers on the new pod IP. Both
-// directions: containerd -> VM-only node, and
-// back.
+// on, with no restart, and its HTTP server answers on the new pod IP.
+// Then a Deployment of two replicas of the image starts there, both from
+// the one checkpoint on the one node, behind a Service. Both directions:
+// containerd -> VM-only node, and back.
 func TestCheckpointMove(t *testing.T) {
 	checkLeaks(t)
 	doors := frontDoors(t)
@@ -145,6 +150,88 @@ func moveVM(t *testing.T, base v1.Image, from, to frontDoor) {
 	t.Logf("%s: restored pod created to the guest answering HTTP on its new IP %s (it had %s): %v", to.name, q.Status.PodIP, p.Status.PodIP, time.Since(start).Round(time.Millisecond))
 	if st := getPod(t, q.Name).Status.ContainerStatuses; len(st) != 1 || st[0].RestartCount != 0 {
 		t.Errorf("the restored pod's container: %+v, want no restart", st)
+	}
+	deletePod(t, q.Name)
+	snapshotDeployment(t, to, ref, machine)
+}
+
+// snapshotDeployment starts a workload from a checkpoint image, as one
+// starts from a snapshot: a Deployment of two replicas of ref on the
+// door's node, and a Service over them. One replica's VM takes the
+// checkpoint's domain, the other is restored beside it (a domain of its
+// own name and UUID, its guest given its own pod's MAC); each guest leases
+// its own pod's IP, passes its readiness probe there, and the Service
+// reaches both, told apart by the address the guest's page shows.
+func snapshotDeployment(t *testing.T, d frontDoor, ref, machine string) {
+	t.Helper()
+	name := uniqueName("snap")
+	sel := map[string]string{"app": name}
+	tmpl := vmTemplate(sel)
+	tmpl.Annotations = map[string]string{"vmpod.io/machine": machine}
+	tmpl.Spec.AutomountServiceAccountToken = new(false)
+	tmpl.Spec.Containers[0].Image = ref
+	d.place(&tmpl.Spec)
+	deps := client.AppsV1().Deployments(namespace)
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec:       appsv1.DeploymentSpec{Replicas: new(int32(2)), Selector: &metav1.LabelSelector{MatchLabels: sel}, Template: tmpl},
+	}
+	start := time.Now()
+	if _, err := deps.Create(context.Background(), dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deleteAtCleanup(t, "deployment", name, sel, deps.Delete)
+	svcs := client.CoreV1().Services(namespace)
+	svc, err := svcs.Create(context.Background(), &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: corev1.ServiceSpec{Selector: sel,
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deleteAtCleanup(t, "service", name, nil, svcs.Delete)
+	waitDeployment(t, name, 2)
+	t.Logf("%s: Deployment of 2 replicas of the checkpoint image Available in %v", d.name, time.Since(start).Round(100*time.Millisecond))
+
+	pods := podsOf(t, sel)
+	var names []string
+	for _, p := range pods {
+		names = append(names, p.Name)
+		if ip := strings.TrimSpace(kubectlOK(t, p.Name, "cat /run/ip")); !strings.HasPrefix(ip, p.Status.PodIP+"/") {
+			t.Errorf("replica %s's guest holds %s, want its pod's %s", p.Name, ip, p.Status.PodIP)
+		}
+		if mac := strings.TrimSpace(kubectlOK(t, p.Name, "cat /sys/class/net/eth0/address")); mac == "" {
+			t.Errorf("replica %s's guest has no MAC", p.Name)
+		}
+		if st := p.Status.ContainerStatuses; len(st) != 1 || st[0].RestartCount != 0 {
+			t.Errorf("replica %s's container: %+v, want no restart", p.Name, st)
+		}
+	}
+	if len(pods) == 2 {
+		m0 := kubectlOK(t, pods[0].Name, "cat /sys/class/net/eth0/address")
+		if m1 := kubectlOK(t, pods[1].Name, "cat /sys/class/net/eth0/address"); m0 == m1 {
+			t.Errorf("both replicas' guests have MAC %s", m0)
+		}
+	}
+	waitEndpoints(t, name, names, nil)
+	runc := busyboxPod(t)
+	seen := map[string]int{}
+	for range 30 {
+		out, _ := inPod(t, runc, `printf 'GET / HTTP/1.0\r\n\r\n' | timeout 10 nc "$1" 80`, svc.Spec.ClusterIP)
+		for _, p := range pods {
+			if strings.Contains(out, " "+p.Status.PodIP+"/") {
+				seen[p.Name]++
+			}
+		}
+		if len(seen) == len(pods) {
+			break
+		}
+	}
+	for _, p := range pods {
+		if seen[p.Name] == 0 {
+			t.Errorf("%s: the Service never reached replica %s at %s (answers: %v)", d.name, p.Name, p.Status.PodIP, seen)
+		}
 	}
 }
 
