@@ -86,6 +86,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzReadHeader$$' -fuzztime $(FUZZTIME) ./internal/qcow2
 	$(GO) test -run '^$$' -fuzz '^FuzzReadCheckpoint$$' -fuzztime $(FUZZTIME) ./pkg/vm
 	$(GO) test -run '^$$' -fuzz '^FuzzReadPodCheckpoint$$' -fuzztime $(FUZZTIME) ./pkg/cri
+	$(GO) test -run '^$$' -fuzz '^FuzzRenameSaveData$$' -fuzztime $(FUZZTIME) ./pkg/virt/libvirt
 
 # One table per area, each with its references measured in the same run
 # (docs/benchmarks.md): a VM pod's start phases next to libvirt's
