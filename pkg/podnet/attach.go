@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -31,6 +32,18 @@ type Attachment struct {
 // Tap is the name of the tap the guest NIC must use (QEMU
 // -netdev tap,ifname=..., libvirt <target dev=... managed='no'/>).
 func (a *Attachment) Tap() string { return a.tap }
+
+// Leased is when the guest was last given the pod IP by DHCP (an ACK
+// with the address), the zero time if never since Attach or Reattach.
+func (a *Attachment) Leased() time.Time {
+	if a.dhcp == nil {
+		return time.Time{}
+	}
+	if n := a.dhcp.leased.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
 
 // MAC is the address the guest NIC must have: the pod interface's.
 func (a *Attachment) MAC() net.HardwareAddr { return append(net.HardwareAddr(nil), a.pod.MAC...) }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync/atomic"
 	"net/netip"
 	"strings"
 	"time"
@@ -38,6 +39,9 @@ type dhcpServer struct {
 	conn     *net.UDPConn
 	log      *rateLog
 	done     chan struct{}
+	// leased is when the server last acknowledged the pod IP to the
+	// guest (Unix nanoseconds; 0 never): the guest holds it from then.
+	leased atomic.Int64
 }
 
 const (
@@ -133,6 +137,9 @@ func (s *dhcpServer) handle(b []byte) {
 	if _, err := s.conn.WriteTo(resp.ToBytes(), dst); err != nil {
 		s.log.Log(slog.LevelWarn, logReply, "reply failed", "type", resp.MessageType(), "error", err)
 		return
+	}
+	if resp.MessageType() == dhcpv4.MessageTypeAck && !resp.YourIPAddr.IsUnspecified() {
+		s.leased.Store(time.Now().UnixNano())
 	}
 	s.log.Log(slog.LevelDebug, logAnswered+resp.MessageType().String(), "answered",
 		"request", req.MessageType(), "reply", resp.MessageType(), "ip", resp.YourIPAddr)

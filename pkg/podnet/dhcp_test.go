@@ -146,7 +146,7 @@ func TestDHCP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	attach(t, tp, func(p *podnet.Pod) { p.DNS, p.Hostname = dns, "web-0" })
+	a := attach(t, tp, func(p *podnet.Pod) { p.DNS, p.Hostname = dns, "web-0" })
 	guest := openTap(t, tp.pod, tapName, podMAC)
 
 	// Anything reaching the node on port 67 would be DHCP that leaked.
@@ -184,8 +184,16 @@ func TestDHCP(t *testing.T) {
 		t.Errorf("a DISCOVER from %s, not the pod's MAC, was answered: %s", other, resp.Summary())
 	}
 
+	if l := a.Leased(); !l.IsZero() {
+		t.Errorf("Leased() = %v before any ACK", l)
+	}
+	beforeLease := time.Now()
 	offer := guest.checkLease(t, want, tries)
 	want.Type = "ACK"
+	leased := a.Leased()
+	if leased.Before(beforeLease) || leased.After(time.Now()) {
+		t.Errorf("Leased() = %v after the ACK at about %v", leased, beforeLease)
+	}
 
 	wrong, err := dhcpv4.NewRequestFromOffer(offer, dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(net.IPv4(10, 244, 0, 99))))
 	if err != nil {
@@ -193,6 +201,9 @@ func TestDHCP(t *testing.T) {
 	}
 	if nak := guest.exchange(t, wrong, netip.IPv4Unspecified(), tries); nak == nil || nak.MessageType() != dhcpv4.MessageTypeNak {
 		t.Errorf("REQUEST for 10.244.0.99: want a NAK, got %v", nak)
+	}
+	if l := a.Leased(); !l.Equal(leased) {
+		t.Errorf("a NAK moved Leased() from %v to %v", leased, l)
 	}
 
 	// REBINDING (RFC 2131 4.4.5): broadcast, from the leased address, no

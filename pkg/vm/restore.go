@@ -16,10 +16,12 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
 	"golang.org/x/sys/unix"
 
 	"github.com/vmpod/vmpod/internal/qcow2"
 	"github.com/vmpod/vmpod/pkg/host"
+	"github.com/vmpod/vmpod/pkg/podnet"
 	"github.com/vmpod/vmpod/pkg/vmspec"
 )
 
@@ -268,4 +270,29 @@ func (m *Machine) takePodMAC(ctx context.Context) error {
 			firstLine(append(res.Stderr, res.Stdout...)), errdefs.ErrFailedPrecondition)
 	}
 	return nil
+}
+
+// leaseWait is how long after a restore a guest has to lease its new pod's
+// address before the console says it has not: a DHCP client that follows
+// the carrier asks within a few seconds of the link coming back.
+var leaseWait = 20 * time.Second
+
+// watchLease tells the pod's console, and the log, when the guest restored
+// at restored has not leased the pod's address leaseWait after: it keeps
+// the address it had on the network it was saved on, and Services do not
+// reach it (docs/day2.md). Nothing when it did, or when the VM stopped.
+func (v *VM) watchLease(a *podnet.Attachment, restored time.Time) {
+	select {
+	case <-v.machine.exited:
+		return
+	case <-time.After(time.Until(restored.Add(relinkAfter + leaseWait))):
+	}
+	if !a.Leased().Before(restored) {
+		return
+	}
+	msg := fmt.Sprintf("vmpod: the restored guest has not asked for this pod's address %s in the %v since its link came back: "+
+		"it keeps the one it had where it was saved, and Services do not reach it; its DHCP client must follow the carrier (docs/day2.md)",
+		v.pod.Addr.Addr(), leaseWait)
+	log.L.WithField("vm", v.spec.Name).Warn(msg)
+	v.machine.say(msg)
 }

@@ -45,6 +45,16 @@ func (m *Machine) pausedOnIOError() {
 	go m.resumeOnSpace(c)
 }
 
+// say writes a line of vmpod's into the VM's console, if it has one.
+func (m *Machine) say(msg string) {
+	m.mu.Lock()
+	c := m.console
+	m.mu.Unlock()
+	if c != nil {
+		c.say(msg)
+	}
+}
+
 // resumeOnSpace waits for room in the VM dir's file system, then resumes
 // the VM.
 func (m *Machine) resumeOnSpace(c *console) {

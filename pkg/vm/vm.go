@@ -369,11 +369,15 @@ func (v *VM) Start(ctx context.Context) (int, error) {
 	if err := v.startFileServers(); err != nil {
 		return 0, err
 	}
+	started := time.Now()
 	if err := v.machine.Start(ctx, prepare); err != nil {
 		return 0, v.explainStart(err)
 	}
 	if v.restored {
 		v.syncGuestClock(ctx)
+		if v.net != nil {
+			go v.watchLease(v.net, started)
+		}
 	}
 	return v.machine.PID(ctx)
 }

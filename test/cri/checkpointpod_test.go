@@ -217,3 +217,70 @@ func copyTree(t *testing.T, dir string) string {
 	}
 	return dst
 }
+
+// TestRestoreWithoutLease: a restored guest whose DHCP client does not
+// follow the carrier (the test guest with /run/lease.once, as a one-shot
+// client at boot) keeps the address it was saved with, and the pod's
+// console says so, naming the pod's address, once the wait for its lease
+// is over. Restored through the CRI's pod-level calls, beside nothing.
+func TestRestoreWithoutLease(t *testing.T) {
+	n, ref, podID, id, ip1 := startCounting(t)
+	n.must("exec", "-s", id, "touch", "/run/lease.once")
+	conn, err := grpc.NewClient("unix://"+n.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rs := runtimeapi.NewRuntimeServiceClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	out := filepath.Join(t.TempDir(), "pod-checkpoint")
+	if err := os.Mkdir(out, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rs.CheckpointPod(ctx, &runtimeapi.CheckpointPodRequest{PodSandboxId: podID, OutputPath: out, ContainerIds: []string{id}}); err != nil {
+		t.Fatal(err)
+	}
+	n.must("stop", "--timeout", "30", id)
+	n.must("rm", id)
+	n.must("stopp", podID)
+	n.must("rmp", podID)
+
+	res, err := rs.RestorePod(ctx, &runtimeapi.RestorePodRequest{CheckpointPath: out,
+		Config: &runtimeapi.PodSandboxConfig{
+			Metadata:     &runtimeapi.PodSandboxMetadata{Name: "stale", Namespace: "default", Uid: "7e57-c41-0p02"},
+			Hostname:     "stale",
+			LogDirectory: filepath.Join(n.dir, "logs", "stale"),
+			Linux:        &runtimeapi.LinuxPodSandboxConfig{CgroupParent: n.cgroup},
+		},
+		ContainerConfigs: []*runtimeapi.ContainerConfig{{
+			Metadata: &runtimeapi.ContainerMetadata{Name: "vm"},
+			Image:    &runtimeapi.ImageSpec{Image: ref},
+			LogPath:  "vm/0.log",
+			Linux: &runtimeapi.LinuxContainerConfig{Resources: &runtimeapi.LinuxContainerResources{
+				MemoryLimitInBytes: 256 << 20, CpuPeriod: 100000, CpuQuota: 100000, CpuShares: 1024}},
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id2 := res.RestoredContainers[0].ContainerId
+	if _, err := rs.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id2}); err != nil {
+		t.Fatal(err)
+	}
+	ip2 := n.podIP(res.PodSandboxId)
+	logs := n.waitLogs(id2, "vmpod: the restored guest has not asked for this pod's address "+ip2, time.Minute)
+	if !strings.Contains(logs, "/run/lease.once: keeping "+ip1+"/") {
+		t.Errorf("the guest's console does not show it keeping %s:\n%s", ip1, logs)
+	}
+	if got := strings.TrimSpace(n.must("exec", "-s", id2, "cat", "/run/ip")); !strings.HasPrefix(got, ip1+"/") {
+		t.Errorf("the guest holds %s; want the %s it was saved with", got, ip1)
+	}
+	n.must("stop", "--timeout", "30", id2)
+	n.must("rm", id2)
+	n.must("stopp", res.PodSandboxId)
+	n.must("rmp", res.PodSandboxId)
+	n.must("rmi", ref)
+	n.stop()
+	n.assertNothingLeft()
+}
