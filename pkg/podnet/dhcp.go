@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"sync/atomic"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
