@@ -15,6 +15,11 @@ type Runtime struct {
 	machines map[string]*Machine
 	done     chan struct{}
 	logs     logCapper // of its QEMUs' stderr logs
+	// restoring is held by a Create that restores, from its look at
+	// whether the checkpoint's domain is taken until it has defined its
+	// own, so that of two pods of one checkpoint created at once the
+	// second sees the first's domain and restores beside it.
+	restoring sync.Mutex
 }
 
 // NewRuntime takes over hv's events until hv is closed.

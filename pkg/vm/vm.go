@@ -225,6 +225,8 @@ func Create(ctx context.Context, req Request, open Opener) (_ *VM, retErr error)
 		if err := checkNodeMachine(fromMachine, env.Host); err != nil {
 			return nil, fmt.Errorf("restore from %s: %w", req.From, err)
 		}
+		env.Runtime.restoring.Lock()
+		defer env.Runtime.restoring.Unlock()
 		// The restored VM keeps the checkpoint's domain (its name and
 		// UUID), which one VM of a node can hold at a time. A VM of this
 		// node has it already (the pod the checkpoint was taken of, or
