@@ -108,12 +108,7 @@ func TestCrictlCheckpoint(t *testing.T) {
 	unsignedRef := n.pushImage(unsigned, "vmpod/test-guest:unsigned")
 	n.must("pull", restoreRef)
 	n.must("pull", unsignedRef)
-	pod2 := n.writeJSON("pod-restored.json", map[string]any{
-		"metadata":      map[string]any{"name": "moved", "namespace": "default", "uid": "7e57-c41-0c02", "attempt": 0},
-		"hostname":      "moved",
-		"log_directory": filepath.Join(n.dir, "logs", "moved"),
-		"linux":         map[string]any{"cgroup_parent": n.cgroup},
-	})
+	pod2 := n.namedPod("moved", "7e57-c41-0c02")
 	pod2ID := strings.TrimSpace(n.must("runp", pod2))
 	bad := n.ctrConfig("vm-unsigned.json", unsignedRef, 0, nil)
 	if out, err := n.crictlRun(time.Minute, "create", pod2ID, bad, pod2); err == nil || !strings.Contains(out+err.Error(), "not signed") {
@@ -161,12 +156,7 @@ func TestCrictlCheckpoint(t *testing.T) {
 	// the checkpoint's domain and MAC: restored beside it, its guest
 	// takes its own pod's MAC (the pod interface keeps the one CNI gave
 	// it) and IP, and both guests answer, each on its own address.
-	pod3 := n.writeJSON("pod-beside.json", map[string]any{
-		"metadata":      map[string]any{"name": "beside", "namespace": "default", "uid": "7e57-c41-0c03", "attempt": 0},
-		"hostname":      "beside",
-		"log_directory": filepath.Join(n.dir, "logs", "beside"),
-		"linux":         map[string]any{"cgroup_parent": n.cgroup},
-	})
+	pod3 := n.namedPod("beside", "7e57-c41-0c03")
 	pod3ID := strings.TrimSpace(n.must("runp", pod3))
 	mac3 := n.podMAC(pod3ID)
 	id3 := strings.TrimSpace(n.must("create", pod3ID, n.ctrConfig("vm-beside.json", restoreRef, 0, nil), pod3))
@@ -193,15 +183,22 @@ func TestCrictlCheckpoint(t *testing.T) {
 		}
 	}
 
-	for _, p := range [][2]string{{id2, pod2ID}, {id3, pod3ID}} {
-		n.must("stop", "--timeout", "30", p[0])
-		n.must("rm", p[0])
-		n.must("stopp", p[1])
-		n.must("rmp", p[1])
-	}
+	n.removePod(id2, pod2ID)
+	n.removePod(id3, pod3ID)
 	n.must("rmi", ref, restoreRef, unsignedRef)
 	n.stop()
 	n.assertNothingLeft()
+}
+
+// namedPod writes the config of a pod name (namespace default, uid uid)
+// in the node's cgroup and returns its path.
+func (n *node) namedPod(name, uid string) string {
+	return n.writeJSON("pod-"+name+".json", map[string]any{
+		"metadata":      map[string]any{"name": name, "namespace": "default", "uid": uid, "attempt": 0},
+		"hostname":      name,
+		"log_directory": filepath.Join(n.dir, "logs", name),
+		"linux":         map[string]any{"cgroup_parent": n.cgroup},
+	})
 }
 
 // podMAC is the MAC of the pod's interface, in its network namespace.

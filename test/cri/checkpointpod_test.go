@@ -30,12 +30,7 @@ import (
 // with containers it does not have, is refused with no sandbox left.
 func TestCheckpointPod(t *testing.T) {
 	n, ref, podID, id, ip1 := startCounting(t)
-	conn, err := grpc.NewClient("unix://"+n.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	rs := runtimeapi.NewRuntimeServiceClient(conn)
+	rs := n.runtimeClient()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 
@@ -108,21 +103,8 @@ func TestCheckpointPod(t *testing.T) {
 	n.must("stopp", podID)
 	n.must("rmp", podID)
 
-	podConfig := &runtimeapi.PodSandboxConfig{
-		Metadata:     &runtimeapi.PodSandboxMetadata{Name: "restored", Namespace: "default", Uid: "7e57-c41-0p01"},
-		Hostname:     "restored",
-		LogDirectory: filepath.Join(n.dir, "logs", "restored"),
-		Linux:        &runtimeapi.LinuxPodSandboxConfig{CgroupParent: n.cgroup},
-	}
-	ctrConfig := func(name string) *runtimeapi.ContainerConfig {
-		return &runtimeapi.ContainerConfig{
-			Metadata: &runtimeapi.ContainerMetadata{Name: name},
-			Image:    &runtimeapi.ImageSpec{Image: ref},
-			LogPath:  "vm/0.log",
-			Linux: &runtimeapi.LinuxContainerConfig{Resources: &runtimeapi.LinuxContainerResources{
-				MemoryLimitInBytes: 256 << 20, CpuPeriod: 100000, CpuQuota: 100000, CpuShares: 1024}},
-		}
-	}
+	podConfig := n.restoreConfig("restored", "7e57-c41-0p01")
+	ctrConfig := func(name string) *runtimeapi.ContainerConfig { return vmConfig(name, ref) }
 	unsigned := copyTree(t, out)
 	if err := os.Remove(filepath.Join(unsigned, "vm", vm.CheckpointSignature)); err != nil {
 		t.Fatal(err)
@@ -184,13 +166,53 @@ func TestCheckpointPod(t *testing.T) {
 	})
 	t.Logf("restored: StartContainer to the guest holding the new pod IP %s: %v", ip2, took.Round(time.Millisecond))
 
-	n.must("stop", "--timeout", "30", id2)
-	n.must("rm", id2)
-	n.must("stopp", res.PodSandboxId)
-	n.must("rmp", res.PodSandboxId)
+	n.removePod(id2, res.PodSandboxId)
 	n.must("rmi", ref)
 	n.stop()
 	n.assertNothingLeft()
+}
+
+// removePod stops and removes the container id and its pod.
+func (n *node) removePod(id, podID string) {
+	n.t.Helper()
+	n.must("stop", "--timeout", "30", id)
+	n.must("rm", id)
+	n.must("stopp", podID)
+	n.must("rmp", podID)
+}
+
+// runtimeClient is a Go CRI client of the node's server, closed at the
+// test's end.
+func (n *node) runtimeClient() runtimeapi.RuntimeServiceClient {
+	n.t.Helper()
+	conn, err := grpc.NewClient("unix://"+n.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	n.t.Cleanup(func() { conn.Close() })
+	return runtimeapi.NewRuntimeServiceClient(conn)
+}
+
+// restoreConfig is the config of a pod name (uid uid) for RestorePod.
+func (n *node) restoreConfig(name, uid string) *runtimeapi.PodSandboxConfig {
+	return &runtimeapi.PodSandboxConfig{
+		Metadata:     &runtimeapi.PodSandboxMetadata{Name: name, Namespace: "default", Uid: uid},
+		Hostname:     name,
+		LogDirectory: filepath.Join(n.dir, "logs", name),
+		Linux:        &runtimeapi.LinuxPodSandboxConfig{CgroupParent: n.cgroup},
+	}
+}
+
+// vmConfig is the config of a VM container name of image ref, 1 CPU and
+// 256 MiB, for RestorePod.
+func vmConfig(name, ref string) *runtimeapi.ContainerConfig {
+	return &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: name},
+		Image:    &runtimeapi.ImageSpec{Image: ref},
+		LogPath:  "vm/0.log",
+		Linux: &runtimeapi.LinuxContainerConfig{Resources: &runtimeapi.LinuxContainerResources{
+			MemoryLimitInBytes: 256 << 20, CpuPeriod: 100000, CpuQuota: 100000, CpuShares: 1024}},
+	}
 }
 
 // copyTree copies the files of dir, one level of subdirs deep, into a new
@@ -226,12 +248,7 @@ func copyTree(t *testing.T, dir string) string {
 func TestRestoreWithoutLease(t *testing.T) {
 	n, ref, podID, id, ip1 := startCounting(t)
 	n.must("exec", "-s", id, "touch", "/run/lease.once")
-	conn, err := grpc.NewClient("unix://"+n.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	rs := runtimeapi.NewRuntimeServiceClient(conn)
+	rs := n.runtimeClient()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	out := filepath.Join(t.TempDir(), "pod-checkpoint")
@@ -247,20 +264,7 @@ func TestRestoreWithoutLease(t *testing.T) {
 	n.must("rmp", podID)
 
 	res, err := rs.RestorePod(ctx, &runtimeapi.RestorePodRequest{CheckpointPath: out,
-		Config: &runtimeapi.PodSandboxConfig{
-			Metadata:     &runtimeapi.PodSandboxMetadata{Name: "stale", Namespace: "default", Uid: "7e57-c41-0p02"},
-			Hostname:     "stale",
-			LogDirectory: filepath.Join(n.dir, "logs", "stale"),
-			Linux:        &runtimeapi.LinuxPodSandboxConfig{CgroupParent: n.cgroup},
-		},
-		ContainerConfigs: []*runtimeapi.ContainerConfig{{
-			Metadata: &runtimeapi.ContainerMetadata{Name: "vm"},
-			Image:    &runtimeapi.ImageSpec{Image: ref},
-			LogPath:  "vm/0.log",
-			Linux: &runtimeapi.LinuxContainerConfig{Resources: &runtimeapi.LinuxContainerResources{
-				MemoryLimitInBytes: 256 << 20, CpuPeriod: 100000, CpuQuota: 100000, CpuShares: 1024}},
-		}},
-	})
+		Config: n.restoreConfig("stale", "7e57-c41-0p02"), ContainerConfigs: []*runtimeapi.ContainerConfig{vmConfig("vm", ref)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,10 +280,7 @@ func TestRestoreWithoutLease(t *testing.T) {
 	if got := strings.TrimSpace(n.must("exec", "-s", id2, "cat", "/run/ip")); !strings.HasPrefix(got, ip1+"/") {
 		t.Errorf("the guest holds %s; want the %s it was saved with", got, ip1)
 	}
-	n.must("stop", "--timeout", "30", id2)
-	n.must("rm", id2)
-	n.must("stopp", res.PodSandboxId)
-	n.must("rmp", res.PodSandboxId)
+	n.removePod(id2, res.PodSandboxId)
 	n.must("rmi", ref)
 	n.stop()
 	n.assertNothingLeft()
