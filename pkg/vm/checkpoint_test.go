@@ -501,6 +501,8 @@ func waitAgent(ctx context.Context, t testing.TB, v *vm.VM) {
 //   - checkpoint-ms: the whole Checkpoint call (the disk copied, the writes
 //     made meanwhile merged back);
 //   - restore-ms: Create from the checkpoint to the guest agent answering;
+//   - beside-ms: the same for a second VM of the checkpoint beside the
+//     first (its own copy of the state, under another name and UUID);
 //   - state-MB, disk-MB: the checkpoint's memory and disk overlay files.
 func BenchmarkCheckpointRestore(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
@@ -525,7 +527,7 @@ func BenchmarkCheckpointRestore(b *testing.B) {
 	}
 	answered(v)
 	boot := time.Since(start)
-	var pause, checkpoint, restore time.Duration
+	var pause, checkpoint, restore, beside time.Duration
 	var state, disk int64
 	b.ResetTimer()
 	for i := range b.N {
@@ -550,6 +552,21 @@ func BenchmarkCheckpointRestore(b *testing.B) {
 		}
 		answered(v)
 		restore += time.Since(start)
+		// A second pod of the checkpoint beside the first: the state
+		// copied under a new name and UUID first.
+		start = time.Now()
+		w, _, err := newVM(ctx, b, fmt.Sprintf("bench-beside-%d", i), func(r *vm.Request) { r.From = dir })
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := w.Start(ctx); err != nil {
+			b.Fatal(err)
+		}
+		answered(w)
+		beside += time.Since(start)
+		if err := w.Delete(ctx); err != nil {
+			b.Fatal(err)
+		}
 	}
 	b.StopTimer()
 	n := float64(b.N)
@@ -557,6 +574,7 @@ func BenchmarkCheckpointRestore(b *testing.B) {
 	b.ReportMetric(float64(pause.Milliseconds())/n, "pause-ms")
 	b.ReportMetric(float64(checkpoint.Milliseconds())/n, "checkpoint-ms")
 	b.ReportMetric(float64(restore.Milliseconds())/n, "restore-ms")
+	b.ReportMetric(float64(beside.Milliseconds())/n, "beside-ms")
 	b.ReportMetric(float64(state)/n/1e6, "state-MB")
 	b.ReportMetric(float64(disk)/n/1e6, "disk-MB")
 }
