@@ -175,8 +175,18 @@ func renameSaveData(h *saveHeader, data []byte, name, id string) ([]byte, error)
 // elsewhere: the hypervisor compares the rest with the definition the
 // domain is restored with.
 func renameDefinition(def, name, id string) (string, error) {
-	type span struct{ from, to int64 }
-	found := map[string][]span{}
+	var escaped strings.Builder
+	if err := xml.EscapeText(&escaped, []byte(name)); err != nil {
+		return "", err
+	}
+	values := map[string]string{"name": escaped.String(), "uuid": id}
+	// The two elements' texts, in the order they stand.
+	type span struct {
+		from, to int64
+		value    string
+	}
+	var spans []span
+	count := map[string]int{}
 	dec := xml.NewDecoder(strings.NewReader(def))
 	depth, in, from := 0, "", int64(0)
 	for {
@@ -194,32 +204,30 @@ func renameDefinition(def, name, id string) (string, error) {
 			if depth == 1 && t.Name.Local != "domain" {
 				return "", fmt.Errorf("its definition is a <%s>, not a <domain>", t.Name.Local)
 			}
-			if depth == 2 && t.Name.Space == "" && (t.Name.Local == "name" || t.Name.Local == "uuid") {
+			if _, ok := values[t.Name.Local]; ok && depth == 2 && t.Name.Space == "" {
 				in, from = t.Name.Local, dec.InputOffset()
 			}
 		case xml.EndElement:
 			if depth == 2 && in != "" {
-				found[in] = append(found[in], span{from, at})
+				spans = append(spans, span{from, at, values[in]})
+				count[in]++
 				in = ""
 			}
 			depth--
 		}
 	}
+	if count["name"] != 1 || count["uuid"] != 1 {
+		return "", fmt.Errorf("its definition has %d <name> and %d <uuid>; want one of each", count["name"], count["uuid"])
+	}
 	var b strings.Builder
-	if err := xml.EscapeText(&b, []byte(name)); err != nil {
-		return "", err
+	last := int64(0)
+	for _, sp := range spans {
+		b.WriteString(def[last:sp.from])
+		b.WriteString(sp.value)
+		last = sp.to
 	}
-	values := map[string]string{"name": b.String(), "uuid": id}
-	n, u := found["name"], found["uuid"]
-	if len(n) != 1 || len(u) != 1 {
-		return "", fmt.Errorf("its definition has %d <name> and %d <uuid>; want one of each", len(n), len(u))
-	}
-	first, second := "name", "uuid"
-	if u[0].from < n[0].from {
-		first, second = second, first
-	}
-	a, z := found[first][0], found[second][0]
-	renamed := def[:a.from] + values[first] + def[a.to:z.from] + values[second] + def[z.to:]
+	b.WriteString(def[last:])
+	renamed := b.String()
 	// What was replaced was each element's text and only that (not, say,
 	// after an empty <name/>).
 	var got struct {
