@@ -486,7 +486,7 @@ func waitAgent(ctx context.Context, t testing.TB, v *vm.VM) {
 		if time.Since(start) > time.Minute {
 			t.Fatalf("the guest agent of %s does not answer: %v", v.Spec().Name, err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -507,15 +507,6 @@ func waitAgent(ctx context.Context, t testing.TB, v *vm.VM) {
 func BenchmarkCheckpointRestore(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	answered := func(v *vm.VM) {
-		for ctx.Err() == nil {
-			if v.PingAgent(ctx) == nil {
-				return
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		b.Fatal("the guest agent never answered")
-	}
 	runtimeForTest(b) // its probe of QEMU is not the boot's
 	start := time.Now()
 	v, _, err := newVM(ctx, b, "bench-boot", nil)
@@ -525,7 +516,7 @@ func BenchmarkCheckpointRestore(b *testing.B) {
 	if _, err := v.Start(ctx); err != nil {
 		b.Fatal(err)
 	}
-	answered(v)
+	waitAgent(ctx, b, v)
 	boot := time.Since(start)
 	var pause, checkpoint, restore, beside time.Duration
 	var state, disk int64
@@ -550,7 +541,7 @@ func BenchmarkCheckpointRestore(b *testing.B) {
 		if _, err := v.Start(ctx); err != nil {
 			b.Fatal(err)
 		}
-		answered(v)
+		waitAgent(ctx, b, v)
 		restore += time.Since(start)
 		// A second pod of the checkpoint beside the first: the state
 		// copied under a new name and UUID first.
@@ -562,7 +553,7 @@ func BenchmarkCheckpointRestore(b *testing.B) {
 		if _, err := w.Start(ctx); err != nil {
 			b.Fatal(err)
 		}
-		answered(w)
+		waitAgent(ctx, b, w)
 		beside += time.Since(start)
 		if err := w.Delete(ctx); err != nil {
 			b.Fatal(err)

@@ -18,7 +18,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -164,23 +163,13 @@ func moveVM(t *testing.T, base v1.Image, from, to frontDoor) {
 // reaches both, told apart by the address the guest's page shows.
 func snapshotDeployment(t *testing.T, d frontDoor, ref, machine string) {
 	t.Helper()
-	name := uniqueName("snap")
-	sel := map[string]string{"app": name}
-	tmpl := vmTemplate(sel)
-	tmpl.Annotations = map[string]string{"vmpod.io/machine": machine}
-	tmpl.Spec.AutomountServiceAccountToken = new(false)
-	tmpl.Spec.Containers[0].Image = ref
-	d.place(&tmpl.Spec)
-	deps := client.AppsV1().Deployments(namespace)
-	dep := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
-		Spec:       appsv1.DeploymentSpec{Replicas: new(int32(2)), Selector: &metav1.LabelSelector{MatchLabels: sel}, Template: tmpl},
-	}
 	start := time.Now()
-	if _, err := deps.Create(context.Background(), dep, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	deleteAtCleanup(t, "deployment", name, sel, deps.Delete)
+	name, sel, _ := d.vmDeployment(t, "snap", 2, func(tmpl *corev1.PodTemplateSpec) {
+		tmpl.Annotations = map[string]string{"vmpod.io/machine": machine}
+		tmpl.Spec.AutomountServiceAccountToken = new(false)
+		tmpl.Spec.Containers[0].Image = ref
+	})
+	t.Logf("%s: Deployment of 2 replicas of the checkpoint image Available in %v", d.name, time.Since(start).Round(100*time.Millisecond))
 	svcs := client.CoreV1().Services(namespace)
 	svc, err := svcs.Create(context.Background(), &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
@@ -191,27 +180,24 @@ func snapshotDeployment(t *testing.T, d frontDoor, ref, machine string) {
 		t.Fatal(err)
 	}
 	deleteAtCleanup(t, "service", name, nil, svcs.Delete)
-	waitDeployment(t, name, 2)
-	t.Logf("%s: Deployment of 2 replicas of the checkpoint image Available in %v", d.name, time.Since(start).Round(100*time.Millisecond))
 
 	pods := podsOf(t, sel)
 	var names []string
+	macs := map[string]string{} // the guests' MACs, to their pods
 	for _, p := range pods {
 		names = append(names, p.Name)
 		if ip := strings.TrimSpace(kubectlOK(t, p.Name, "cat /run/ip")); !strings.HasPrefix(ip, p.Status.PodIP+"/") {
 			t.Errorf("replica %s's guest holds %s, want its pod's %s", p.Name, ip, p.Status.PodIP)
 		}
-		if mac := strings.TrimSpace(kubectlOK(t, p.Name, "cat /sys/class/net/eth0/address")); mac == "" {
+		mac := strings.TrimSpace(kubectlOK(t, p.Name, "cat /sys/class/net/eth0/address"))
+		if mac == "" {
 			t.Errorf("replica %s's guest has no MAC", p.Name)
+		} else if other, ok := macs[mac]; ok {
+			t.Errorf("replicas %s and %s have the guest MAC %s both", other, p.Name, mac)
 		}
+		macs[mac] = p.Name
 		if st := p.Status.ContainerStatuses; len(st) != 1 || st[0].RestartCount != 0 {
 			t.Errorf("replica %s's container: %+v, want no restart", p.Name, st)
-		}
-	}
-	if len(pods) == 2 {
-		m0 := kubectlOK(t, pods[0].Name, "cat /sys/class/net/eth0/address")
-		if m1 := kubectlOK(t, pods[1].Name, "cat /sys/class/net/eth0/address"); m0 == m1 {
-			t.Errorf("both replicas' guests have MAC %s", m0)
 		}
 	}
 	waitEndpoints(t, name, names, nil)

@@ -182,7 +182,7 @@ func TestKillMatrix(t *testing.T) {
 	})
 	for _, d := range frontDoors(t) {
 		t.Run(d.name, func(t *testing.T) {
-			_, sel, scaleToZero := d.vmDeployment(t, "killed", replicas)
+			_, sel, scaleToZero := d.vmDeployment(t, "killed", replicas, nil)
 			for _, p := range podsOf(t, sel) {
 				// A restart before any kill is no kill's doing, but a VM
 				// pod that ended on its own: say how.

@@ -81,7 +81,7 @@ func TestNodeReboot(t *testing.T) {
 			if n.downFile == "" || len(n.volatile) == 0 {
 				t.Fatal("VMPOD_E2E_NODE_DOWN, VMPOD_E2E_NODE_VOLATILE and their VMPOD_E2E_CRI_ twins are unset: hack/local-up.sh sets them")
 			}
-			_, sel, scaleToZero := d.vmDeployment(t, "reboot", replicas)
+			_, sel, scaleToZero := d.vmDeployment(t, "reboot", replicas, nil)
 			before := podsOf(t, sel)
 			containers := map[string]string{}
 			for _, p := range before {

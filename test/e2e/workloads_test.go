@@ -102,15 +102,18 @@ func deleteAtCleanup(t *testing.T, kind, name string, sel map[string]string, del
 	})
 }
 
-// vmDeployment makes a Deployment of replicas VM pods (vmTemplate) on the
-// door's node, deleted at cleanup, and waits until it is Available. It
-// returns the Deployment's name, its pods' selector, and a scale to 0 that
-// waits until the pods are gone.
-func (d frontDoor) vmDeployment(t *testing.T, prefix string, replicas int) (string, map[string]string, func()) {
+// vmDeployment makes a Deployment of replicas VM pods (vmTemplate, which
+// edit, if not nil, changes) on the door's node, deleted at cleanup, and
+// waits until it is Available. It returns the Deployment's name, its pods'
+// selector, and a scale to 0 that waits until the pods are gone.
+func (d frontDoor) vmDeployment(t *testing.T, prefix string, replicas int, edit func(*corev1.PodTemplateSpec)) (string, map[string]string, func()) {
 	t.Helper()
 	name := uniqueName(prefix)
 	sel := map[string]string{"app": name}
 	tmpl := vmTemplate(sel)
+	if edit != nil {
+		edit(&tmpl)
+	}
 	d.place(&tmpl.Spec)
 	dep := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
