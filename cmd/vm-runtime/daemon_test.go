@@ -20,16 +20,17 @@ func TestDaemonFlags(t *testing.T) {
 	if code != 0 || socket != node.DefaultSocket || metrics != "" {
 		t.Fatalf("defaults: socket %q, metrics %q, exit %d", socket, metrics, code)
 	}
-	want := vmd.Config{StateRoot: "/var/lib/vmpod", CapsCache: DefaultCapsCache, KVMCache: cfg.KVMCache, DiskCap: 20 << 30, CapsProbe: capsProbe(),
+	want := vmd.Config{StateRoot: "/var/lib/vmpod", CapsCache: DefaultCapsCache, KVMCache: cfg.KVMCache, DiskCap: 20 << 30, CapsProbe: capsProbe(), DefaultMaxVCPUs: 4,
 		Mounts: vmspec.MountRules{KubeletRoot: "/var/lib/kubelet", ImageVolumeRoots: []string{"/run/containerd/io.containerd.grpc.v1.cri/image-volumes"}}}
 	if diff := cmp.Diff(want, cfg); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)
 	}
 	cfg, socket, metrics, code = daemonFlags([]string{"--socket", "/run/x.sock", "--state-root", "/s", "--qemu-uids", "2000000000:100",
 		"--disk-cap", "1Gi", "--metrics-address", "127.0.0.1:9470", "--kubelet-root-dir", "/data/kubelet", "--volume-host-paths", "/tmp,/srv/shared",
-		"--containerd-state-dir", "/run/k8s/containerd/state"})
+		"--containerd-state-dir", "/run/k8s/containerd/state", "--default-max-vcpus", "0"})
 	wantUIDs := jail.Range{First: 2000000000, Count: 100}
-	if code != 0 || socket != "/run/x.sock" || metrics != "127.0.0.1:9470" || cfg.StateRoot != "/s" || cfg.DiskCap != 1<<30 || cfg.UIDs != wantUIDs {
+	if code != 0 || socket != "/run/x.sock" || metrics != "127.0.0.1:9470" || cfg.StateRoot != "/s" || cfg.DiskCap != 1<<30 || cfg.UIDs != wantUIDs ||
+		cfg.DefaultMaxVCPUs != 0 {
 		t.Errorf("flags: %+v, socket %q, metrics %q, exit %d", cfg, socket, metrics, code)
 	}
 	wantRules := vmspec.MountRules{KubeletRoot: "/data/kubelet", HostPaths: []string{"/tmp", "/srv/shared"},
@@ -38,6 +39,7 @@ func TestDaemonFlags(t *testing.T) {
 		t.Errorf("mount rules (-want +got):\n%s", diff)
 	}
 	for _, bad := range [][]string{{"--disk-cap", "lots"}, {"--disk-cap", "-1Gi"}, {"--qemu-uids", "1:x"}, {"stray"}, {"--no-such-flag"},
+		{"--default-max-vcpus", "-1"}, {"--default-max-vcpus", "256"}, {"--default-max-vcpus", "two"},
 		{"--kubelet-root-dir", ""}, {"--volume-host-paths", "/tmp,"},
 		{"--containerd-state-dir", ""}, {"--containerd-state-dir", "run/containerd"}, {"--containerd-state-dir", "/run/containerd/"}} {
 		if _, _, _, code := daemonFlags(bad); code != 2 {

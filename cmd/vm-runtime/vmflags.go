@@ -17,12 +17,19 @@ import (
 	"github.com/vmpod/vmpod/pkg/vmspec"
 )
 
+// DefaultMaxVCPUs is --default-max-vcpus's default: a VM of one vCPU
+// can grow to 4 on a node with that many CPUs without its pod asking,
+// which costs it 1 MiB of overhead a vCPU (vmspec.OverheadTCG) and,
+// under KVM, nothing plugged until a resize asks.
+const DefaultMaxVCPUs = 4
+
 // vmFlags are the flags of the node's VMs (vmd.Config), which cri and
 // daemon both take.
 type vmFlags struct {
 	stateRoot, capsCache, kvmCache, uids, diskCap *string
 	kubeletRoot, volumeHostPaths                  *string
 	signingKey, trustKeys                         *string
+	defaultMaxVCPUs                               *int
 }
 
 func addVMFlags(fs *flag.FlagSet, stateRootHelp string) vmFlags {
@@ -40,6 +47,8 @@ func addVMFlags(fs *flag.FlagSet, stateRootHelp string) vmFlags {
 			"ed25519 private key (PEM, PKCS #8: openssl genpkey -algorithm ed25519) that signs each checkpoint this node writes (none: unsigned)"),
 		trustKeys: fs.String("state-trust-keys", "",
 			"comma-separated files of ed25519 public keys (PEM): a checkpoint image is restored only when one of them signed it (none: refused)"),
+		defaultMaxVCPUs: fs.Int("default-max-vcpus", DefaultMaxVCPUs,
+			"the most vCPUs a VM whose pod sets no vmpod.io/max-vcpus may grow to live: it gets room up to the node's CPUs, at most this (0: no room; none either for a VM that boots from its disk under TCG)"),
 	}
 }
 
@@ -61,6 +70,11 @@ func (f vmFlags) config(cmd string) (vmd.Config, bool) {
 		return vmd.Config{}, false
 	}
 	cfg.DiskCap = uint64(q.Value())
+	if n := *f.defaultMaxVCPUs; n < 0 || n > vmspec.MaxVCPUs {
+		fmt.Fprintf(os.Stderr, "%s: --default-max-vcpus %d: want a whole number of vCPUs from 0 (no default room) to %d\n", cmd, n, vmspec.MaxVCPUs)
+		return vmd.Config{}, false
+	}
+	cfg.DefaultMaxVCPUs = *f.defaultMaxVCPUs
 	mounts, err := f.mountRules()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", cmd, err)

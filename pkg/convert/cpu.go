@@ -89,3 +89,37 @@ func cpu(d *libvirtxml.Domain, c vmspec.CPU, vcpus, maxVCPUs int, accel host.Acc
 	d.CPU = dc
 	return nil
 }
+
+// DefaultMaxVCPUs is the room to grow in vCPUs a node like h gives a VM
+// whose pod set no vmpod.io/max-vcpus: up to the node's CPUs and at most
+// upTo (the node's --default-max-vcpus), where the VM can grow live. 0
+// gives no room: the pod set a maximum (it is the pod's choice, a
+// maximum equal to the vCPUs included), upTo is 0, the VM has that many
+// vCPUs already, or the VM runs under TCG and boots from its own disk,
+// whose kernel command line is not vmpod's to keep the extra vCPUs
+// offline with (see cpu and hotplugRoom). It is what cpu then makes room
+// for, so it resolves the accelerator and the boot as Domain does; a
+// spec Domain refuses gets none.
+func DefaultMaxVCPUs(s vmspec.Spec, h host.Host, p Paths, upTo int) int {
+	if s.MaxVCPUs != 0 || upTo <= 0 {
+		return 0
+	}
+	n := upTo
+	if h.CPUs > 0 {
+		n = min(n, h.CPUs)
+	}
+	if h.MaxVCPUs > 0 {
+		n = min(n, h.MaxVCPUs)
+	}
+	if n <= s.VCPUs {
+		return 0
+	}
+	accel, err := resolveAccel(s.Accel, h)
+	if err != nil {
+		return 0
+	}
+	if accel != host.AccelKVM && resolveBoot(s.Boot.Source, p) != bootKernel {
+		return 0
+	}
+	return n
+}

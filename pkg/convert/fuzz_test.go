@@ -43,15 +43,7 @@ func FuzzDomain(f *testing.F) {
 		if _, err := d.Marshal(); err != nil {
 			t.Fatalf("Marshal: %v", err)
 		}
-		// The vCPUs the guest boots with: those plugged under KVM, those
-		// the kernel command line brings up under TCG (all are plugged).
-		plugged := d.VCPU.Value
-		if d.VCPU.Current != 0 {
-			plugged = d.VCPU.Current
-		} else if d.OS != nil && strings.Contains(d.OS.Cmdline+" ", fmt.Sprintf(" maxcpus=%d ", s.VCPUs)) {
-			plugged = uint(s.VCPUs)
-		}
-		if d.Name != s.Name || plugged != uint(s.VCPUs) || d.VCPU.Value != uint(s.CeilingVCPUs()) ||
+		if d.Name != s.Name || bootVCPUs(d, s.VCPUs) != s.VCPUs || d.VCPU.Value != uint(s.CeilingVCPUs()) ||
 			uint64(d.Memory.Value)<<10 != s.MemoryBytes {
 			t.Fatalf("domain lost the pod's name, vCPUs or memory: %+v vs %+v", d, s)
 		}
@@ -62,7 +54,32 @@ func FuzzDomain(f *testing.F) {
 		if d.Type == "kvm" && !s.CPU.Nested && !nestingDisabled(d.CPU) {
 			t.Fatalf("a KVM guest's CPU offers nesting the pod did not ask for: %+v", d.CPU)
 		}
+		// The node's default room never turns a VM it runs into one it
+		// refuses, nor changes the vCPUs its guest boots with.
+		if n := convert.DefaultMaxVCPUs(s, h, paths(), 4); n > 0 {
+			s.MaxVCPUs = n
+			d, err := convert.Domain(s, h, paths())
+			if err != nil {
+				t.Fatalf("with the default room of %d vCPUs, Domain refuses a VM it ran without: %v", n, err)
+			}
+			if bootVCPUs(d, s.VCPUs) != s.VCPUs || d.VCPU.Value != uint(n) {
+				t.Fatalf("with the default room of %d vCPUs the domain boots %d of %d, want %d", n, bootVCPUs(d, s.VCPUs), d.VCPU.Value, s.VCPUs)
+			}
+		}
 	})
+}
+
+// bootVCPUs is how many vCPUs d's guest boots with: those plugged under
+// KVM, those the kernel command line brings up (maxcpus) under TCG,
+// where all are plugged.
+func bootVCPUs(d *libvirtxml.Domain, vcpus int) int {
+	switch {
+	case d.VCPU.Current != 0:
+		return int(d.VCPU.Current)
+	case d.OS != nil && strings.Contains(d.OS.Cmdline+" ", fmt.Sprintf(" maxcpus=%d ", vcpus)):
+		return vcpus
+	}
+	return int(d.VCPU.Value)
 }
 
 // nestingDisabled reports whether c disables both vmx and svm.

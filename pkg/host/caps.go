@@ -37,6 +37,7 @@ func fromCaps(c *libvirtxml.Caps) (Host, []libvirtxml.CapsGuestMachine, error) {
 		Machines:    machineNames(machines),
 		CPU:         hostCPU(c.Host.CPU),
 		MemoryBytes: mem,
+		CPUs:        cpuCount(c.Host.NUMA),
 	}, machines, nil
 }
 
@@ -167,6 +168,27 @@ func memoryBytes(t *libvirtxml.CapsHostNUMATopology) (uint64, error) {
 		total = sum
 	}
 	return total, nil
+}
+
+// cpuCount is the number of logical CPUs the NUMA cells list (each
+// cell's num, as libvirt counts them; a cell without one counts its
+// <cpu> elements).
+func cpuCount(t *libvirtxml.CapsHostNUMATopology) int {
+	if t == nil || t.Cells == nil {
+		return 0
+	}
+	n := 0
+	for _, cell := range t.Cells.Cells {
+		if cell.CPUS == nil {
+			continue
+		}
+		c := int(min(cell.CPUS.Num, 1<<16))
+		if c == 0 {
+			c = len(cell.CPUS.CPUs)
+		}
+		n += c
+	}
+	return n
 }
 
 // scale converts a libvirt scaled integer to bytes. The units are

@@ -84,9 +84,10 @@ func FuzzParse(f *testing.F) {
 			Machines    []string
 			CPU         CPU
 			MemoryBytes uint64
+			CPUs        int
 		}
-		if diff := cmp.Diff(fromCaps{h.Arch, h.Accels, h.Machines, h.CPU, h.MemoryBytes},
-			fromCaps{capsOnly.Arch, capsOnly.Accels, capsOnly.Machines, capsOnly.CPU, capsOnly.MemoryBytes}); diff != "" {
+		if diff := cmp.Diff(fromCaps{h.Arch, h.Accels, h.Machines, h.CPU, h.MemoryBytes, h.CPUs},
+			fromCaps{capsOnly.Arch, capsOnly.Accels, capsOnly.Machines, capsOnly.CPU, capsOnly.MemoryBytes, capsOnly.CPUs}); diff != "" {
 			t.Errorf("domain capabilities changed what the capabilities say (-with +without):\n%s", diff)
 		}
 

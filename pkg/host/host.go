@@ -47,6 +47,10 @@ type Host struct {
 	// MemoryBytes is the host's physical memory, summed over its NUMA cells;
 	// 0 when libvirt reports no cells.
 	MemoryBytes uint64
+	// CPUs is the host's logical CPUs, summed over its NUMA cells; 0 when
+	// libvirt reports no cells. A VM's default room to grow in vCPUs
+	// stops at it (pkg/convert DefaultRoom).
+	CPUs int
 }
 
 // CPU is the host CPU model and the features it has.

@@ -103,6 +103,15 @@ func Adopt(ctx context.Context, req AdoptRequest, open Opener) (_ *VM, retErr er
 			return nil, fmt.Errorf("adopt %s: QEMU's cgroup: %w", h.Domain, err)
 		}
 	}
+	// The room to grow in vCPUs the node gave a VM whose pod set none
+	// (withDefaultRoom), or a restored VM took from its checkpoint, is
+	// in its domain, not in the record of what the pod asked.
+	if v.spec.MaxVCPUs == 0 {
+		if sz, err := v.hv.Size(ctx, h.Domain); err == nil && sz.MaxVCPUs > v.spec.VCPUs {
+			v.spec.MaxVCPUs, v.defaultRoom = sz.MaxVCPUs, true
+			v.limit = MemoryLimit(v.spec, env.Host)
+		}
+	}
 	// A checkpoint the dead process left half done: the disk back on its
 	// overlay, the guest running again. A failure keeps the VM (it runs,
 	// on its top layer) and the mark, for the next checkpoint to finish.

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmpod/vmpod/internal/nsthread"
+	"github.com/vmpod/vmpod/pkg/convert"
 	"github.com/vmpod/vmpod/pkg/host"
 	"github.com/vmpod/vmpod/pkg/podnet"
 	"github.com/vmpod/vmpod/pkg/vmspec"
@@ -209,4 +210,21 @@ func MemoryLimit(s vmspec.Spec, h host.Host) uint64 {
 // point of its life.
 func CheckPodLimit(s vmspec.Spec, h host.Host, podLimit uint64) error {
 	return OverheadModel(s, h).CheckPodLimit(podLimit, s.MemoryBytes, s.CeilingVCPUs(), len(s.Shares))
+}
+
+// withDefaultRoom gives a VM whose pod set no vmpod.io/max-vcpus the
+// node's default room to grow in vCPUs (convert.DefaultMaxVCPUs: up to
+// the node's CPUs, at most upTo, where it can grow live), as far as the
+// pod's memory limit (podLimit, 0: none) holds the overhead of the
+// extra vCPUs: the default never makes a VM fail that would have run
+// without it.
+func withDefaultRoom(s vmspec.Spec, h host.Host, p convert.Paths, upTo int, podLimit uint64) vmspec.Spec {
+	for n := convert.DefaultMaxVCPUs(s, h, p, upTo); n > s.VCPUs; n-- {
+		roomy := s
+		roomy.MaxVCPUs = n
+		if CheckPodLimit(roomy, h, podLimit) == nil {
+			return roomy
+		}
+	}
+	return s
 }

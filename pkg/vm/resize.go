@@ -38,7 +38,8 @@ type Size struct {
 //
 //   - CPU shares and quota change QEMU's cgroup.
 //   - A CPU limit of another whole number of CPUs changes the vCPUs the
-//     guest has online, within vmpod.io/max-vcpus: vCPUs beyond those
+//     guest has online, within vmpod.io/max-vcpus (or the node's default
+//     room, Request.DefaultMaxVCPUs): vCPUs beyond those
 //     plugged are hot-plugged, and the guest agent onlines or offlines
 //     them (the guest gives vCPUs back by offlining them; QEMU keeps
 //     their halted threads for the next rise).
@@ -62,7 +63,7 @@ func (v *VM) Update(ctx context.Context, r *specs.LinuxResources) error {
 	}
 	defer v.resizing.Unlock()
 
-	cur, err := v.size(ctx)
+	cur, noAgent, err := v.size(ctx)
 	if err != nil {
 		return err
 	}
@@ -76,7 +77,10 @@ func (v *VM) Update(ctx context.Context, r *specs.LinuxResources) error {
 	if err := v.checkResize(cur, want); err != nil {
 		return err
 	}
-	if v.spec.MaxVCPUs == 0 {
+	if noAgent != nil && want.VCPUs > cur.VCPUs {
+		return noAgent
+	}
+	if v.spec.MaxVCPUs == 0 || noAgent != nil {
 		want.VCPUs = cur.VCPUs // a lower limit changes the quota only
 	}
 
@@ -116,14 +120,14 @@ func (v *VM) checkResize(cur, want Size) error {
 	switch top := s.CeilingVCPUs(); {
 	case want.VCPUs == cur.VCPUs:
 	case s.MaxVCPUs == 0 && want.VCPUs > cur.VCPUs:
-		errs = append(errs, fmt.Errorf("cpu limit of %d CPUs: the VM has %d vCPUs and was created without room for more; set %s when the pod is created to add vCPUs live, or resize with resizePolicy RestartContainer",
+		errs = append(errs, fmt.Errorf("cpu limit of %d CPUs: the VM has %d vCPUs and was created without room for more (the node gives room by default up to its CPUs and --default-max-vcpus, and none to a VM that boots from its disk under TCG); set %s when the pod is created to add vCPUs live, or resize with resizePolicy RestartContainer",
 			want.VCPUs, cur.VCPUs, vmspec.AnnotationMaxVCPUs))
 	case s.MaxVCPUs == 0:
 		// No room, no vCPU change: a lower limit changes the quota only,
 		// as before vCPUs could change.
 	case want.VCPUs > top:
-		errs = append(errs, fmt.Errorf("cpu limit of %d CPUs: above %s=%d, the most vCPUs this VM can have; recreate the pod with a larger maximum",
-			want.VCPUs, vmspec.AnnotationMaxVCPUs, top))
+		errs = append(errs, fmt.Errorf("cpu limit of %d CPUs: above %d, the most vCPUs this VM can have (%s=%d, or the node's default room when the pod set none); recreate the pod with a larger %s",
+			want.VCPUs, top, vmspec.AnnotationMaxVCPUs, top, vmspec.AnnotationMaxVCPUs))
 	}
 	switch {
 	case want.MemoryBytes == cur.MemoryBytes:
@@ -151,21 +155,35 @@ func (v *VM) checkResize(cur, want Size) error {
 // (vmpod.io/max-vcpus), those its guest agent reports online, which
 // needs the agent. Read each time rather than remembered, so that it
 // holds after a daemon restart adopted the VM.
-func (v *VM) size(ctx context.Context) (Size, error) {
+//
+// A VM whose room the node gave by default (defaultRoom) did not ask for
+// vCPU changes, so its guest may have no agent. Without an answer its
+// vCPUs are those vmpod could have brought online without one: those
+// plugged under KVM (where only a resize plugs), the pod's own under TCG
+// (where the command line kept the rest offline); noAgent then says why
+// they cannot change.
+func (v *VM) size(ctx context.Context) (s Size, noAgent, err error) {
 	hs, err := v.hv.Size(ctx, v.spec.Name)
 	if err != nil {
-		return Size{}, err
+		return Size{}, nil, err
 	}
-	s := Size{VCPUs: hs.VCPUs, MemoryBytes: v.spec.MemoryBytes + hs.HotplugPluggedBytes}
+	s = Size{VCPUs: hs.VCPUs, MemoryBytes: v.spec.MemoryBytes + hs.HotplugPluggedBytes}
 	if v.spec.MaxVCPUs == 0 {
-		return s, nil
+		return s, nil, nil
 	}
 	online, _, err := v.guestVCPUs(ctx)
-	if err != nil {
-		return Size{}, err
+	switch {
+	case err == nil:
+		s.VCPUs = len(online)
+	case v.defaultRoom && errdefs.IsFailedPrecondition(err):
+		if hs.VCPUs == hs.MaxVCPUs { // all plugged at boot: TCG
+			s.VCPUs = v.spec.VCPUs
+		}
+		return s, err, nil
+	default:
+		return Size{}, nil, err
 	}
-	s.VCPUs = len(online)
-	return s, nil
+	return s, nil, nil
 }
 
 // Size is what the running VM has now: vCPUs online in the guest and RAM.
@@ -173,7 +191,8 @@ func (v *VM) Size(ctx context.Context) (Size, error) {
 	if v.machine == nil {
 		return Size{}, fmt.Errorf("size of %s: not running: %w", v.spec.Name, errdefs.ErrFailedPrecondition)
 	}
-	return v.size(ctx)
+	s, _, err := v.size(ctx)
+	return s, err
 }
 
 // resizeMemory moves the guest's RAM from cur to want bytes.

@@ -89,7 +89,7 @@ func TestVMResize(t *testing.T) {
 		memMiB int64
 		want   string
 	}{
-		{3, 256, "above vmpod.io/max-vcpus=2"},
+		{3, 256, "vmpod.io/max-vcpus=2"},
 		{1, 1024, "above vmpod.io/max-memory=512Mi"},
 		{1, 128, "below the 256Mi the VM booted with"},
 		{1, 257, "blocks of 2Mi"},
@@ -189,5 +189,106 @@ func BenchmarkResize(b *testing.B) {
 	b.StopTimer()
 	for i, s := range steps {
 		b.ReportMetric(float64(took[i].Milliseconds())/float64(b.N), s.name+"-ms")
+	}
+}
+
+// TestVMDefaultRoom: a pod that sets no vmpod.io/max-vcpus gets the
+// node's default room (Request.DefaultMaxVCPUs, as far as the node's
+// CPUs go): its guest boots with the pod's one vCPU and takes a second
+// live; a process that adopts the VM finds the room in its domain and
+// takes the vCPU back; beyond the room is refused, naming it.
+func TestVMDefaultRoom(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	rt, h, root := runtimeForTest(t)
+	if h.CPUs < 2 {
+		t.Skipf("the node has %d CPU; the default room stops at the node's CPUs", h.CPUs)
+	}
+	dir, err := os.MkdirTemp(root, "pod-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec records
+	req := lifecycleRequest(t, "boot-pod.yaml", "room", dir, &rec)
+	req.Jail = jailForTest(t, root, dir)
+	req.DefaultMaxVCPUs = 2
+	if req.Spec.MaxVCPUs != 0 || req.Spec.VCPUs != 1 {
+		t.Fatalf("boot-pod.yaml has %d vCPUs, maximum %d; want 1 and none", req.Spec.VCPUs, req.Spec.MaxVCPUs)
+	}
+	open := func(context.Context) (vm.Env, error) { return vm.Env{Runtime: rt, Host: h}, nil }
+	v, err := vm.Create(ctx, req, open)
+	if err != nil {
+		t.Fatal(err)
+	}
+	current := v
+	t.Cleanup(func() { _ = current.Delete(context.Background()) })
+	if _, err := v.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	watchConsole(t, req.Layout.ConsoleLog()).waitFor(ctx, t, "VMPOD-GUEST: ready")
+
+	nproc := func(v *vm.VM, want int) {
+		t.Helper()
+		var got string
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			r, err := v.Exec(ctx, vm.ExecRequest{Args: []string{"nproc"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got = strings.TrimSpace(string(r.Stdout)); got == strconv.Itoa(want) || time.Now().After(deadline) {
+				break
+			}
+		}
+		if got != strconv.Itoa(want) {
+			t.Errorf("the guest's nproc says %s, want %d", got, want)
+		}
+		if sz, err := v.Size(ctx); err != nil || sz.VCPUs != want {
+			t.Errorf("Size = %+v, %v; want %d vCPUs", sz, err, want)
+		}
+	}
+	nproc(v, 1)
+	start := time.Now()
+	if err := v.Update(ctx, resources(2, 256)); err != nil {
+		t.Fatalf("1 -> 2 vCPUs in the default room: %v", err)
+	}
+	t.Logf("1 -> 2 vCPUs: %v", time.Since(start).Round(time.Millisecond))
+	nproc(v, 2)
+
+	v.Abandon()
+	adopted, err := vm.Adopt(ctx, vm.AdoptRequest{Spec: req.Spec, Layout: req.Layout, Held: rec.last(), Record: rec.record}, open)
+	if err != nil {
+		t.Fatal(err)
+	}
+	current = adopted
+	nproc(adopted, 2)
+	if err := adopted.Update(ctx, resources(1, 256)); err != nil {
+		t.Fatalf("2 -> 1 vCPUs after adoption: %v", err)
+	}
+	nproc(adopted, 1)
+	err = adopted.Update(ctx, resources(3, 256))
+	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "above 2, the most vCPUs this VM can have") ||
+		!strings.Contains(err.Error(), "the node's default room") {
+		t.Errorf("3 vCPUs in a default room of 2: %v; want FailedPrecondition naming the room", err)
+	}
+
+	// The pod did not ask for the room, so its guest may have no agent:
+	// a CPU limit of the same whole CPUs, or a lower one, still changes
+	// the quota; more vCPUs are refused, naming the agent.
+	// The exec that kills the agent loses its own answer with it.
+	_, _ = adopted.Exec(ctx, vm.ExecRequest{Args: []string{"sh", "-c", `kill $(pidof qemu-ga)`}})
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		if _, err := adopted.Exec(ctx, vm.ExecRequest{Args: []string{"true"}}); err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the guest agent still answers 30s after it was killed")
+		}
+	}
+	half, period := int64(50000), uint64(100000)
+	if err := adopted.Update(ctx, &specs.LinuxResources{CPU: &specs.LinuxCPU{Quota: &half, Period: &period}}); err != nil {
+		t.Errorf("half a CPU without the guest agent: %v; want the quota changed", err)
+	}
+	if err := adopted.Update(ctx, resources(2, 256)); !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "guest agent") {
+		t.Errorf("2 vCPUs without the guest agent: %v; want FailedPrecondition naming the agent", err)
 	}
 }

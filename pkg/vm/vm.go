@@ -78,6 +78,10 @@ type Request struct {
 	// carries (Image.State) one to start from; none: such an image is
 	// refused.
 	Trust []ed25519.PublicKey
+	// DefaultMaxVCPUs is the node's cap on the room to grow in vCPUs a
+	// VM whose pod set no vmpod.io/max-vcpus gets (withDefaultRoom); 0
+	// gives such a VM none.
+	DefaultMaxVCPUs int
 	// Record is called with what the VM holds on the node before each
 	// thing is acquired and after each is released, for the front door's
 	// checkpoint; an empty Held (Held.Empty) means nothing is left. If it
@@ -121,6 +125,9 @@ type VM struct {
 	held        Held
 	record      func(Held) error
 	resizing    sync.Mutex // held by Update and Checkpoint
+	// defaultRoom: the VM's room to grow in vCPUs is the node's default
+	// (withDefaultRoom), or a checkpoint's, not one its pod asked for.
+	defaultRoom bool
 	restored    bool       // Start restores it from a checkpoint
 	phases      Phases     // of Create, before the Machine's
 
@@ -184,6 +191,12 @@ func Create(ctx context.Context, req Request, open Opener) (_ *VM, retErr error)
 		if err != nil {
 			return nil, err
 		}
+		if req.Spec.MaxVCPUs == 0 {
+			// The pod asks no maximum: the checkpoint's virtual
+			// hardware is what it restores, room to grow included.
+			req.Spec.MaxVCPUs, v.spec.MaxVCPUs = m.Spec.MaxVCPUs, m.Spec.MaxVCPUs
+			v.defaultRoom = m.Spec.MaxVCPUs != 0
+		}
 		if err := checkRestorable(m, req.Spec); err != nil {
 			return nil, fmt.Errorf("restore from %s: %w", req.From, err)
 		}
@@ -217,6 +230,12 @@ func Create(ctx context.Context, req Request, open Opener) (_ *VM, retErr error)
 		return nil, fmt.Errorf("oom_score_adj %d: not in [-1000, 1000]: %w", *a, errdefs.ErrInvalidArgument)
 	}
 	v.hv, v.rt, v.host = env.Runtime.hv, env.Runtime, env.Host
+	if from == nil {
+		asked := req.Spec.MaxVCPUs
+		req.Spec = withDefaultRoom(req.Spec, env.Host, req.Layout.Paths(req.Spec, img, ""), req.DefaultMaxVCPUs,
+			podcgroup.MemoryLimit(req.Cgroup.PodDir()))
+		v.spec.MaxVCPUs, v.defaultRoom = req.Spec.MaxVCPUs, req.Spec.MaxVCPUs != asked
+	}
 	v.limit = MemoryLimit(req.Spec, env.Host)
 	if err := CheckPodLimit(req.Spec, env.Host, podcgroup.MemoryLimit(req.Cgroup.PodDir())); err != nil {
 		return nil, err

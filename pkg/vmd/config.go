@@ -38,6 +38,10 @@ type Config struct {
 	// checkpoint an image carries one to restore (vm.Request.Trust).
 	SigningKey ed25519.PrivateKey
 	TrustKeys  []ed25519.PublicKey
+	// DefaultMaxVCPUs caps the room to grow in vCPUs a VM whose pod sets
+	// no vmpod.io/max-vcpus gets: up to the node's CPUs, at most this
+	// (vm.Request.DefaultMaxVCPUs). 0: such a VM gets none.
+	DefaultMaxVCPUs int
 }
 
 // DefaultDiskCap is the default Config.DiskCap: 20 GiB.

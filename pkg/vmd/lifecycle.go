@@ -113,6 +113,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (retErr error) 
 		BlockDevices: req.BlockDevices, ShareSources: req.ShareSources, CloudInitDir: req.CloudInitDir, InstanceID: req.InstanceID,
 		Cgroup: req.Cgroup, CPU: req.CPU, OOMScoreAdj: req.OOMScoreAdj,
 		ConsoleOut: req.Console, Record: in.record, Trust: s.cfg.TrustKeys, From: req.From,
+		DefaultMaxVCPUs: s.cfg.DefaultMaxVCPUs,
 	}
 	in.vm, err = vm.Create(ctx, vreq, opener(env))
 	return err

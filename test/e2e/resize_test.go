@@ -17,14 +17,16 @@ import (
 )
 
 // TestResize: in-place pod resize (kubectl patch --subresource resize) of
-// a VM pod of a Deployment, on both kinds of node. The pod has room for 2
-// vCPUs and 512Mi (vmpod.io/max-vcpus, vmpod.io/max-memory) and starts
-// with 1 and 256Mi. CPU 1 -> 2 -> 1 and memory 256Mi -> 512Mi happen live:
-// the pod's status shows each size, the guest's nproc and MemTotal agree,
-// and the VM never restarts. A CPU limit above the maximum is refused
-// with vmpod's reason in the PodResizeInProgress condition, the VM
-// untouched. A pod whose resizePolicy says RestartContainer comes back
-// at the new size with one restart.
+// a VM pod of a Deployment, on both kinds of node. The pod has room for
+// 512Mi (vmpod.io/max-memory) and, without asking, the node's default
+// room in vCPUs (its CPUs, at most vm-runtime's --default-max-vcpus of
+// 4), and starts with 1 vCPU and 256Mi. CPU 1 -> 2 -> 1 and memory
+// 256Mi -> 512Mi happen live: the pod's status shows each size, the
+// guest's nproc and MemTotal agree, and the VM never restarts. A CPU
+// limit above the room is refused with vmpod's reason in the
+// PodResizeInProgress condition, the VM untouched. A pod whose
+// resizePolicy says RestartContainer comes back at the new size with
+// one restart.
 func TestResize(t *testing.T) {
 	checkLeaks(t)
 	for _, d := range frontDoors(t) {
@@ -41,7 +43,7 @@ func (d frontDoor) testResize(t *testing.T) {
 	sel := map[string]string{"app": name}
 	tmpl := vmTemplate(sel)
 	d.place(&tmpl.Spec)
-	tmpl.Annotations = map[string]string{"vmpod.io/max-vcpus": "2", "vmpod.io/max-memory": "512Mi"}
+	tmpl.Annotations = map[string]string{"vmpod.io/max-memory": "512Mi"}
 	// Burstable, so that the CPU limit can rise beyond what a 2-core node
 	// could grant as a request.
 	tmpl.Spec.Containers[0].Resources.Requests[corev1.ResourceMemory] = resource.MustParse("256Mi")
@@ -67,6 +69,10 @@ func (d frontDoor) testResize(t *testing.T) {
 	pod := podsOf(t, sel)[0].Name
 	waitLog(t, pod, "VMPOD-GUEST: ready")
 	base := d.guestSize(t, pod, 1, 0)
+	room := defaultRoom(t, getPod(t, pod).Spec.NodeName)
+	if room < 2 {
+		t.Skipf("the node's default room is %d vCPUs: nothing to add live", room)
+	}
 
 	d.resize(t, pod, "2", "256Mi", "vCPU 1 -> 2")
 	d.guestSize(t, pod, 2, base)
@@ -75,8 +81,8 @@ func (d frontDoor) testResize(t *testing.T) {
 	d.resize(t, pod, "1", "512Mi", "vCPU 2 -> 1")
 	d.guestSize(t, pod, 1, base+256<<10)
 
-	// Above the maximum: refused, with the reason, and the VM as it was.
-	patchResize(t, pod, "3", "512Mi")
+	// Above the room: refused, with the reason, and the VM as it was.
+	patchResize(t, pod, strconv.Itoa(room+1), "512Mi")
 	var msg string
 	if !poll(2*time.Minute, func() bool {
 		for _, c := range getPod(t, pod).Status.Conditions {
@@ -87,10 +93,10 @@ func (d frontDoor) testResize(t *testing.T) {
 		}
 		return false
 	}) {
-		t.Fatalf("a resize above vmpod.io/max-vcpus: no PodResizeInProgress condition with reason Error in 2m: %+v", getPod(t, pod).Status.Conditions)
+		t.Fatalf("a resize above the default room: no PodResizeInProgress condition with reason Error in 2m: %+v", getPod(t, pod).Status.Conditions)
 	}
-	if !strings.Contains(msg, "vmpod.io/max-vcpus=2") {
-		t.Errorf("the refused resize's condition says %q, want vmpod's reason naming vmpod.io/max-vcpus=2", msg)
+	if want := fmt.Sprintf("above %d, the most vCPUs this VM can have", room); !strings.Contains(msg, want) || !strings.Contains(msg, "default room") {
+		t.Errorf("the refused resize's condition says %q, want vmpod's reason: %q, naming the default room", msg, want)
 	}
 	t.Logf("refused: %s", msg)
 	d.guestSize(t, pod, 1, base+256<<10)
@@ -113,6 +119,18 @@ func (d frontDoor) testResize(t *testing.T) {
 	}) {
 		t.Errorf("the restarted VM does not have 2 vCPUs online")
 	}
+}
+
+// defaultRoom is the most vCPUs a VM pod that sets no vmpod.io/max-vcpus
+// can grow to on node: its CPUs, at most vm-runtime's --default-max-vcpus
+// (4, the default, which the test cluster keeps).
+func defaultRoom(t *testing.T, node string) int {
+	t.Helper()
+	n, err := client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return min(int(n.Status.Capacity.Cpu().Value()), 4)
 }
 
 // patchResize asks for new CPU and memory limits (the memory request
