@@ -101,7 +101,8 @@ fuzz:
 # of each extension point; docs/scheduler.md); then the pieces (converter,
 # jail, image intake, the overlay, exec through the guest agent); then day
 # 2 (BenchmarkResize: a live resize, Update to the guest having the new
-# vCPUs or RAM; BenchmarkCheckpointRestore: a checkpoint's pause and cost,
+# vCPUs or RAM; BenchmarkDefaultRoom: what the node's default room in
+# vCPUs costs a boot and QEMU's memory; BenchmarkCheckpointRestore: a checkpoint's pause and cost,
 # its files, and a restore against a cold boot; docs/day2.md).
 bench: deps guest
 	@echo '== start'
@@ -123,6 +124,7 @@ bench: deps guest
 	$(GO) test -run '^$$' -bench BenchmarkExec -benchtime 20x ./pkg/vm
 	@echo '== day 2'
 	$(GO) test -run '^$$' -bench BenchmarkResize -benchtime 5x -timeout 15m ./pkg/vm
+	$(GO) test -run '^$$' -bench BenchmarkDefaultRoom -benchtime 3x -timeout 15m ./pkg/vm
 	$(GO) test -run '^$$' -bench BenchmarkCheckpointRestore -benchtime 3x -timeout 15m ./pkg/vm
 
 clean:

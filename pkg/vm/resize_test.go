@@ -2,6 +2,7 @@ package vm_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/vmpod/vmpod/internal/procmem"
 	"github.com/vmpod/vmpod/pkg/host"
 	"github.com/vmpod/vmpod/pkg/podcgroup"
 	"github.com/vmpod/vmpod/pkg/vm"
@@ -200,22 +202,14 @@ func BenchmarkResize(b *testing.B) {
 func TestVMDefaultRoom(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	rt, h, root := runtimeForTest(t)
-	if h.CPUs < 2 {
+	if _, h, _ := runtimeForTest(t); h.CPUs < 2 {
 		t.Skipf("the node has %d CPU; the default room stops at the node's CPUs", h.CPUs)
 	}
-	dir, err := os.MkdirTemp(root, "pod-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rec records
-	req := lifecycleRequest(t, "boot-pod.yaml", "room", dir, &rec)
-	req.Jail = jailForTest(t, root, dir)
+	req, rec, open := bootRequest(t, "room")
 	req.DefaultMaxVCPUs = 2
 	if req.Spec.MaxVCPUs != 0 || req.Spec.VCPUs != 1 {
 		t.Fatalf("boot-pod.yaml has %d vCPUs, maximum %d; want 1 and none", req.Spec.VCPUs, req.Spec.MaxVCPUs)
 	}
-	open := func(context.Context) (vm.Env, error) { return vm.Env{Runtime: rt, Host: h}, nil }
 	v, err := vm.Create(ctx, req, open)
 	if err != nil {
 		t.Fatal(err)
@@ -291,4 +285,70 @@ func TestVMDefaultRoom(t *testing.T) {
 	if err := adopted.Update(ctx, resources(2, 256)); !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "guest agent") {
 		t.Errorf("2 vCPUs without the guest agent: %v; want FailedPrecondition naming the agent", err)
 	}
+}
+
+// BenchmarkDefaultRoom: what the node's default room in vCPUs costs the
+// test guest (1 vCPU, 256 MiB), a pod that sets no vmpod.io/max-vcpus,
+// against the same VM without room, under whatever accelerator the node
+// has; and what using it takes:
+//
+//   - boot-ms, boot-room-ms: a cold boot, Create to the guest agent
+//     answering;
+//   - rss-MiB, rss-room-MiB: QEMU's resident memory then;
+//   - vcpu-up-ms: Update from 1 to 2 vCPUs in the room, to the guest
+//     having the second online.
+func BenchmarkDefaultRoom(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	if _, h, _ := runtimeForTest(b); h.CPUs < 2 {
+		b.Skipf("the node has %d CPU; the default room stops at the node's CPUs", h.CPUs)
+	}
+	var boot, bootRoom, up time.Duration
+	var rss, rssRoom float64
+	b.ResetTimer()
+	for i := range b.N {
+		for _, room := range []int{0, 2} {
+			start := time.Now()
+			v, _, err := newVM(ctx, b, fmt.Sprintf("bench-room%d-%d", room, i), func(r *vm.Request) { r.DefaultMaxVCPUs = room })
+			if err != nil {
+				b.Fatal(err)
+			}
+			pid, err := v.Start(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			waitAgent(ctx, b, v)
+			took, mib := time.Since(start), residentMiB(b, pid)
+			if room == 0 {
+				boot, rss = boot+took, rss+mib
+			} else {
+				bootRoom, rssRoom = bootRoom+took, rssRoom+mib
+				start = time.Now()
+				if err := v.Update(ctx, resources(2, 256)); err != nil {
+					b.Fatal(err)
+				}
+				up += time.Since(start)
+			}
+			if err := v.Delete(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.StopTimer()
+	n := float64(b.N)
+	b.ReportMetric(float64(boot.Milliseconds())/n, "boot-ms")
+	b.ReportMetric(float64(bootRoom.Milliseconds())/n, "boot-room-ms")
+	b.ReportMetric(rss/n, "rss-MiB")
+	b.ReportMetric(rssRoom/n, "rss-room-MiB")
+	b.ReportMetric(float64(up.Milliseconds())/n, "vcpu-up-ms")
+}
+
+// residentMiB is process pid's resident memory (VmRSS), in MiB.
+func residentMiB(t testing.TB, pid int) float64 {
+	t.Helper()
+	kv, err := procmem.KeyValues(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil || kv["VmRSS"] == 0 {
+		t.Fatalf("VmRSS of %d: %v", pid, err)
+	}
+	return float64(kv["VmRSS"]) / (1 << 20)
 }

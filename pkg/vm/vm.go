@@ -128,8 +128,8 @@ type VM struct {
 	// defaultRoom: the VM's room to grow in vCPUs is the node's default
 	// (withDefaultRoom), or a checkpoint's, not one its pod asked for.
 	defaultRoom bool
-	restored    bool       // Start restores it from a checkpoint
-	phases      Phases     // of Create, before the Machine's
+	restored    bool   // Start restores it from a checkpoint
+	phases      Phases // of Create, before the Machine's
 
 	// The pod's volumes: the jail (its file server uid), each share's
 	// host dir by tag, and the file servers Start started.
