@@ -24,6 +24,7 @@ const (
 	AnnotationNetwork                = Prefix + "network"
 	AnnotationMaxVCPUs               = Prefix + "max-vcpus"
 	AnnotationMaxMemory              = Prefix + "max-memory"
+	AnnotationMemoryHotplug          = Prefix + "memory-hotplug"
 )
 
 // AnnotationInfo documents one annotation: docs/annotations.md is checked
@@ -59,6 +60,7 @@ var Annotations = []AnnotationInfo{
 	{Key: AnnotationNetwork, Type: "enum", Values: []string{"pod", "none"}, Default: "pod", Example: "none"},
 	{Key: AnnotationMaxVCPUs, Type: "integer", Default: "", Example: "4"},
 	{Key: AnnotationMaxMemory, Type: "quantity", Default: "", Example: "2Gi"},
+	{Key: AnnotationMemoryHotplug, Type: "enum", Values: []string{string(MemoryHotplugVirtioMem), string(MemoryHotplugDIMM)}, Default: string(MemoryHotplugVirtioMem), Example: string(MemoryHotplugDIMM)},
 }
 
 const (

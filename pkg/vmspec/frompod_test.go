@@ -97,6 +97,13 @@ func TestFromPod(t *testing.T) {
 			want: func(s *vmspec.Spec) { s.MaxVCPUs = 4; s.MaxMemoryBytes = 1 << 30 },
 		},
 		{
+			name: "memory added live in DIMMs",
+			pod: MakePod("web").CPU("1").Memory("256Mi").
+				Annotation(vmspec.AnnotationMaxMemory, "768Mi").
+				Annotation(vmspec.AnnotationMemoryHotplug, "dimm"),
+			want: func(s *vmspec.Spec) { s.MaxMemoryBytes = 768 << 20; s.MemoryHotplug = vmspec.MemoryHotplugDIMM },
+		},
+		{
 			name: "maxima equal to the limits leave no room",
 			pod: MakePod("web").CPU("2").Memory("512Mi").
 				Annotation(vmspec.AnnotationMaxVCPUs, "2").
@@ -221,6 +228,19 @@ func TestFromPodErrors(t *testing.T) {
 			[]string{`vmpod.io/max-memory: "256Mi": is below the VM's 512Mi (spec.containers[0].resources.limits.memory); want at least that`}},
 		{"max-memory off the 2Mi block", MakePod("web").CPU("1").Memory("256Mi").Annotation(vmspec.AnnotationMaxMemory, "259Mi"),
 			[]string{`vmpod.io/max-memory: "259Mi": must exceed the VM's 256Mi (spec.containers[0].resources.limits.memory) by a multiple of 2Mi`}},
+		{"bad memory hotplug", MakePod("web").Annotation(vmspec.AnnotationMemoryHotplug, "acpi"),
+			[]string{`vmpod.io/memory-hotplug: "acpi" is not one of virtio-mem, dimm`}},
+		{"dimm without max-memory", MakePod("web").Annotation(vmspec.AnnotationMemoryHotplug, "dimm"),
+			[]string{`vmpod.io/memory-hotplug: "dimm": DIMMs add RAM up to vmpod.io/max-memory, which is unset`}},
+		{"dimm with max-memory at the memory limit", MakePod("web").Memory("256Mi").
+			Annotation(vmspec.AnnotationMemoryHotplug, "dimm").Annotation(vmspec.AnnotationMaxMemory, "256Mi"),
+			[]string{`vmpod.io/memory-hotplug: "dimm": DIMMs add RAM up to vmpod.io/max-memory`}},
+		{"dimm room off the 128Mi DIMM", MakePod("web").Memory("256Mi").
+			Annotation(vmspec.AnnotationMemoryHotplug, "dimm").Annotation(vmspec.AnnotationMaxMemory, "450Mi"),
+			[]string{`vmpod.io/max-memory: "450Mi": with vmpod.io/memory-hotplug: dimm, must exceed the VM's 256Mi (spec.containers[0].resources.limits.memory) by a multiple of 128Mi, the size of each DIMM`}},
+		{"dimm room beyond 32 DIMMs of 128Mi takes 256Mi DIMMs", MakePod("web").Memory("1Gi").
+			Annotation(vmspec.AnnotationMemoryHotplug, "dimm").Annotation(vmspec.AnnotationMaxMemory, "5248Mi"),
+			[]string{`vmpod.io/max-memory: "5248Mi": with vmpod.io/memory-hotplug: dimm, must exceed the VM's 1024Mi (spec.containers[0].resources.limits.memory) by a multiple of 256Mi`}},
 		{"bad boot", MakePod("web").Annotation(vmspec.AnnotationBoot, "pxe"),
 			[]string{`vmpod.io/boot: "pxe" is not one of auto, kernel, disk`}},
 		{"bad network", MakePod("web").Annotation(vmspec.AnnotationNetwork, "host"),

@@ -87,6 +87,11 @@ func enumValue(s vmspec.Spec, key string) (string, bool) {
 		return map[bool]string{true: "on", false: "off"}[s.Console], true
 	case vmspec.AnnotationNestedVirt:
 		return map[bool]string{true: "on", false: "off"}[s.CPU.Nested], true
+	case vmspec.AnnotationMemoryHotplug:
+		if s.MemoryHotplug == "" {
+			return string(vmspec.MemoryHotplugVirtioMem), true
+		}
+		return string(s.MemoryHotplug), true
 	case vmspec.AnnotationNetwork:
 		return map[bool]string{true: "pod", false: "none"}[len(s.NICs) > 0], true
 	}

@@ -74,6 +74,8 @@ func applyAnnotation(s *Spec, ci *CloudInit, key, v string) error {
 		s.DiskBus = DiskBus(v)
 	case AnnotationConsole:
 		s.Console = v == "on"
+	case AnnotationMemoryHotplug:
+		s.MemoryHotplug = MemoryHotplug(v)
 	case AnnotationNestedVirt:
 		s.CPU.Nested = v == "on"
 	case AnnotationNetwork:

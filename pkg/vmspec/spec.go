@@ -20,6 +20,10 @@ type Spec struct {
 	// CeilingMemoryBytes give the effective maxima.
 	MaxVCPUs       int
 	MaxMemoryBytes uint64
+	// MemoryHotplug is how RAM up to MaxMemoryBytes is added live
+	// (vmpod.io/memory-hotplug); "" is the default, virtio-mem, so that a
+	// Spec recorded before the annotation existed means what it meant.
+	MemoryHotplug MemoryHotplug
 
 	Accel    Accel
 	CPU      CPU
@@ -53,13 +57,62 @@ func (s Spec) CeilingVCPUs() int { return max(s.MaxVCPUs, s.VCPUs) }
 func (s Spec) CeilingMemoryBytes() uint64 { return max(s.MaxMemoryBytes, s.MemoryBytes) }
 
 // HotplugMemoryBytes is the guest RAM the VM can gain while it runs, in
-// one virtio-mem device; 0 when it cannot.
+// one virtio-mem device or in DIMMs (MemoryHotplug); 0 when it cannot.
 func (s Spec) HotplugMemoryBytes() uint64 { return s.CeilingMemoryBytes() - s.MemoryBytes }
 
-// MemoryBlockBytes is the granularity of live memory changes: the
-// virtio-mem block (2 MiB, the x86 huge page), so a resize changes the
-// guest's RAM by a multiple of it.
+// MemoryBlockBytes is the granularity of live memory changes through
+// virtio-mem: its block (2 MiB, the x86 huge page), so a resize changes
+// the guest's RAM by a multiple of it.
 const MemoryBlockBytes = 2 << 20
+
+// MemoryHotplug is the device that adds RAM to a running guest.
+type MemoryHotplug string
+
+const (
+	// MemoryHotplugVirtioMem is one virtio-mem device the guest plugs
+	// and unplugs 2 MiB blocks of; the guest needs the virtio_mem driver.
+	MemoryHotplugVirtioMem MemoryHotplug = "virtio-mem"
+	// MemoryHotplugDIMM is ACPI memory hotplug: one pc-dimm per step,
+	// which any Linux with CONFIG_ACPI_HOTPLUG_MEMORY takes, for guests
+	// without virtio_mem. A DIMM goes only when the guest ejects all of it.
+	MemoryHotplugDIMM MemoryHotplug = "dimm"
+)
+
+const (
+	// DIMMBlockBytes is what a DIMM's size is a multiple of: Linux onlines
+	// and offlines memory in memory blocks of 128 MiB on x86, so a DIMM
+	// of another size leaves a block that is never whole and cannot go.
+	DIMMBlockBytes = 128 << 20
+	// MaxDIMMs bounds the DIMM slots of a VM (libvirt and ACPI allow 256):
+	// each slot is an ACPI device the firmware describes and the guest
+	// scans, so a large room gets larger DIMMs rather than more of them.
+	MaxDIMMs = 32
+)
+
+// DIMMs reports whether the VM grows its RAM live in DIMMs.
+func (s Spec) DIMMs() bool {
+	return s.MemoryHotplug == MemoryHotplugDIMM && s.HotplugMemoryBytes() > 0
+}
+
+// DIMMBytes is the size of each DIMM of a VM that grows in DIMMs, and so
+// the step its RAM changes by: the least multiple of DIMMBlockBytes with
+// which HotplugMemoryBytes fits in MaxDIMMs slots. 0 for another VM.
+func (s Spec) DIMMBytes() uint64 {
+	if !s.DIMMs() {
+		return 0
+	}
+	per := uint64(DIMMBlockBytes * MaxDIMMs)
+	return DIMMBlockBytes * ((s.HotplugMemoryBytes() + per - 1) / per)
+}
+
+// DIMMSlots is how many DIMMs fit in the VM's room: the slots of its
+// <maxMemory>. 0 for a VM that does not grow in DIMMs.
+func (s Spec) DIMMSlots() int {
+	if b := s.DIMMBytes(); b > 0 {
+		return int(s.HotplugMemoryBytes() / b)
+	}
+	return 0
+}
 
 // Accel is the accelerator policy.
 type Accel string

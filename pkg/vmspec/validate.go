@@ -54,6 +54,9 @@ func (s Spec) Validate() error {
 	add(oneOf(AnnotationFirmware, string(s.Firmware)))
 	add(oneOf(AnnotationBoot, string(s.Boot.Source)))
 	add(oneOf(AnnotationDiskBus, string(s.DiskBus)))
+	if s.MemoryHotplug != "" {
+		add(oneOf(AnnotationMemoryHotplug, string(s.MemoryHotplug)))
+	}
 	if s.Machine == "" || !namePattern.MatchString(s.Machine) {
 		add(invalid(AnnotationMachine, s.Machine, "want a QEMU machine type such as q35"))
 	}
@@ -115,7 +118,15 @@ func (s Spec) validateMaxima() error {
 		case (m-s.MemoryBytes)%MemoryBlockBytes != 0:
 			errs = append(errs, invalid(AnnotationMaxMemory, mi,
 				fmt.Sprintf("must exceed the VM's %dMi (%s.memory) by a multiple of 2Mi, the block memory is added in", s.MemoryBytes>>20, fieldLimits)))
+		case s.DIMMs() && s.HotplugMemoryBytes()%s.DIMMBytes() != 0:
+			errs = append(errs, invalid(AnnotationMaxMemory, mi,
+				fmt.Sprintf("with %s: %s, must exceed the VM's %dMi (%s.memory) by a multiple of %dMi, the size of each DIMM (a multiple of 128Mi, the guest's memory block, large enough for at most %d DIMMs)",
+					AnnotationMemoryHotplug, MemoryHotplugDIMM, s.MemoryBytes>>20, fieldLimits, s.DIMMBytes()>>20, MaxDIMMs)))
 		}
+	}
+	if s.MemoryHotplug == MemoryHotplugDIMM && s.HotplugMemoryBytes() == 0 && s.MemoryBytes >= MinMemoryBytes {
+		errs = append(errs, invalid(AnnotationMemoryHotplug, string(s.MemoryHotplug),
+			fmt.Sprintf("DIMMs add RAM up to %s, which is unset or not above %s.memory; set it, or drop %s", AnnotationMaxMemory, fieldLimits, AnnotationMemoryHotplug)))
 	}
 	return errors.Join(errs...)
 }
