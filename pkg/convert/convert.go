@@ -77,7 +77,9 @@ func steps(s vmspec.Spec, h host.Host, accel host.Accel, p Paths) []step {
 		{"memory", func(d *libvirtxml.Domain) error { return memory(d, s.MemoryBytes) }},
 		{"firmware", func(d *libvirtxml.Domain) error { return firmware(d, s.Firmware, boot, h.Firmware, p.NVRAM) }},
 		{"boot", func(d *libvirtxml.Domain) error { return bootSource(d, boot, s.Boot.Cmdline, s.Console, p) }},
-		{"hotplug room", func(d *libvirtxml.Domain) error { return hotplugRoom(d, s.VCPUs, accel, s.HotplugMemoryBytes()) }},
+		{"hotplug room", func(d *libvirtxml.Domain) error {
+			return hotplugRoom(d, s.VCPUs, accel, s.HotplugMemoryBytes(), s.DIMMBytes())
+		}},
 		{"disks", func(d *libvirtxml.Domain) error {
 			return disks(d, s.DiskBus, boot, p.RootDisk, p.BaseDisk, p.BaseFormat, s.Volumes, p.Volumes)
 		}},

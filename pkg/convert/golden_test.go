@@ -128,6 +128,15 @@ func goldenCases() []struct {
 			paths: func(*convert.Paths) {},
 		},
 		{
+			// Room to grow live in DIMMs (vmpod.io/memory-hotplug: dimm):
+			// 2 slots of 128 MiB in <maxMemory>, no memory device at boot.
+			name: "resizable-dimm-tcg", host: hostcaps.TCG,
+			pod: MakePod("elastic").CPU("1").Memory("256Mi").
+				Annotation(vmspec.AnnotationMaxMemory, "512Mi").
+				Annotation(vmspec.AnnotationMemoryHotplug, "dimm"),
+			paths: func(*convert.Paths) {},
+		},
+		{
 			name: "headless-no-network-tcg", host: hostcaps.TCG,
 			pod: MakePod("job").Memory("128Mi").
 				Annotation(vmspec.AnnotationConsole, "off").

@@ -35,11 +35,17 @@ func memory(d *libvirtxml.Domain, bytes uint64) error {
 // says so, movable so that it can be unplugged again; a disk-booted
 // guest's own kernel command line or udev must (docs/day2.md).
 //
+// A VM that grows in DIMMs (vmpod.io/memory-hotplug: dimm, for guests
+// without virtio_mem) gets the same cell and a slot per DIMM of
+// dimmBytes in <maxMemory>, and no memory device at boot: pkg/vm plugs
+// and unplugs whole DIMMs, which the guest onlines by the same command
+// line.
+//
 // vCPUs under TCG, where cpu plugged them all: the kernel command line
 // brings up only vcpus of them (maxcpus), and the guest agent onlines
 // the others when a resize asks. A disk-booted guest takes no command
 // line from vmpod, so it would start with every vCPU online: refused.
-func hotplugRoom(d *libvirtxml.Domain, vcpus int, accel host.Accel, hotplugBytes uint64) error {
+func hotplugRoom(d *libvirtxml.Domain, vcpus int, accel host.Accel, hotplugBytes, dimmBytes uint64) error {
 	if d.CPU == nil || d.VCPU == nil || d.Memory == nil {
 		return fmt.Errorf("hotplug room needs the cpu and memory steps first: %w", errdefs.ErrInternal)
 	}
@@ -58,6 +64,16 @@ func hotplugRoom(d *libvirtxml.Domain, vcpus int, accel host.Accel, hotplugBytes
 		d.CPU.Numa = &libvirtxml.DomainNuma{Cell: []libvirtxml.DomainCell{{
 			ID: new(uint), CPUs: fmt.Sprintf("0-%d", d.VCPU.Value-1), Memory: base, Unit: "KiB",
 		}}}
+		args = append(args, "memhp_default_state=online_movable")
+	}
+	switch {
+	case hotplugBytes == 0:
+	case dimmBytes > 0:
+		if hotplugBytes%dimmBytes != 0 {
+			return fmt.Errorf("%d MiB of room is not a whole number of %d MiB DIMMs: %w", hotplugBytes>>20, dimmBytes>>20, errdefs.ErrInternal)
+		}
+		d.MaximumMemory.Slots = uint(hotplugBytes / dimmBytes)
+	default:
 		devices(d).Memorydevs = append(devices(d).Memorydevs, libvirtxml.DomainMemorydev{
 			Model: "virtio-mem",
 			Target: &libvirtxml.DomainMemorydevTarget{
@@ -67,7 +83,6 @@ func hotplugRoom(d *libvirtxml.Domain, vcpus int, accel host.Accel, hotplugBytes
 				Requested: &libvirtxml.DomainMemorydevTargetRequested{Value: 0, Unit: "KiB"},
 			},
 		})
-		args = append(args, "memhp_default_state=online_movable")
 	}
 	if kernel && len(args) > 0 {
 		d.OS.Cmdline = strings.TrimSpace(d.OS.Cmdline + " " + strings.Join(args, " "))

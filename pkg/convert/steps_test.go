@@ -179,7 +179,7 @@ func TestSteps(t *testing.T) {
 			name: "hotplug room without room adds nothing",
 			apply: func(d *libvirtxml.Domain) error {
 				d.VCPU, d.CPU, d.Memory = &libvirtxml.DomainVCPU{Value: 1}, &libvirtxml.DomainCPU{}, &libvirtxml.DomainMemory{Value: 1}
-				return hotplugRoom(d, 1, host.AccelTCG, 0)
+				return hotplugRoom(d, 1, host.AccelTCG, 0, 0)
 			},
 			want: libvirtxml.Domain{VCPU: &libvirtxml.DomainVCPU{Value: 1}, CPU: &libvirtxml.DomainCPU{}, Memory: &libvirtxml.DomainMemory{Value: 1}},
 		},
@@ -190,7 +190,7 @@ func TestSteps(t *testing.T) {
 				d.CPU = &libvirtxml.DomainCPU{}
 				d.Memory = &libvirtxml.DomainMemory{Value: 262144, Unit: "KiB"}
 				d.OS = &libvirtxml.DomainOS{Kernel: "/k", Cmdline: "console=ttyS0"}
-				return hotplugRoom(d, 1, host.AccelTCG, 256<<20)
+				return hotplugRoom(d, 1, host.AccelTCG, 256<<20, 0)
 			},
 			want: libvirtxml.Domain{
 				VCPU:          &libvirtxml.DomainVCPU{Value: 2},
@@ -208,6 +208,24 @@ func TestSteps(t *testing.T) {
 						Requested: &libvirtxml.DomainMemorydevTargetRequested{Value: 0, Unit: "KiB"},
 					},
 				}}},
+			},
+		},
+		{
+			name: "hotplug room in DIMMs: a NUMA cell, a slot per DIMM, no memory device at boot; kernel told to online them",
+			apply: func(d *libvirtxml.Domain) error {
+				d.VCPU = &libvirtxml.DomainVCPU{Value: 1}
+				d.CPU = &libvirtxml.DomainCPU{}
+				d.Memory = &libvirtxml.DomainMemory{Value: 262144, Unit: "KiB"}
+				d.OS = &libvirtxml.DomainOS{Kernel: "/k", Cmdline: "console=ttyS0"}
+				return hotplugRoom(d, 1, host.AccelTCG, 384<<20, 128<<20)
+			},
+			want: libvirtxml.Domain{
+				VCPU:          &libvirtxml.DomainVCPU{Value: 1},
+				Memory:        &libvirtxml.DomainMemory{Value: 262144, Unit: "KiB"},
+				MaximumMemory: &libvirtxml.DomainMaxMemory{Value: 655360, Unit: "KiB", Slots: 3},
+				OS:            &libvirtxml.DomainOS{Kernel: "/k", Cmdline: "console=ttyS0 memhp_default_state=online_movable"},
+				CPU: &libvirtxml.DomainCPU{Numa: &libvirtxml.DomainNuma{Cell: []libvirtxml.DomainCell{
+					{ID: new(uint), CPUs: "0-0", Memory: 262144, Unit: "KiB"}}}},
 			},
 		},
 		{
@@ -420,7 +438,7 @@ func TestStepErrors(t *testing.T) {
 			errdefs.IsFailedPrecondition, `vmpod.io/max-vcpus: "300": the node allows at most 255 vCPUs`},
 		{"max-vcpus under tcg with disk boot", func(d *libvirtxml.Domain) error {
 			d.VCPU, d.CPU, d.Memory = &libvirtxml.DomainVCPU{Value: 4}, &libvirtxml.DomainCPU{}, &libvirtxml.DomainMemory{Value: 1}
-			return hotplugRoom(d, 2, host.AccelTCG, 0)
+			return hotplugRoom(d, 2, host.AccelTCG, 0, 0)
 		},
 			errdefs.IsFailedPrecondition, `vmpod.io/max-vcpus: "4": under TCG the guest's extra vCPUs are kept offline through the kernel command line`},
 		{"uefi without ovmf", func(d *libvirtxml.Domain) error {
