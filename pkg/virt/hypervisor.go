@@ -65,6 +65,21 @@ type Hypervisor interface {
 	// is not running.
 	RequestHotplugMemory(ctx context.Context, name string, bytes uint64) error
 
+	// PlugDIMM hot-plugs one DIMM of bytes into NUMA node 0 of a running
+	// or paused domain, into a free slot of its <maxMemory>; the guest
+	// sees it at once (ACPI) and onlines it as its kernel is told to.
+	// InvalidArgument when no slot is free or bytes is not a whole
+	// number of MiB; FailedPrecondition when the domain is not running.
+	PlugDIMM(ctx context.Context, name string, bytes uint64) error
+
+	// UnplugDIMM asks the guest of a running domain to eject the DIMM
+	// plugged last and returns without waiting for it: the guest must
+	// first offline all of its memory, which it may never manage (memory
+	// it cannot move). The DIMM is gone when Size no longer counts it.
+	// NotFound when no DIMM is plugged; FailedPrecondition when the
+	// domain is not running.
+	UnplugDIMM(ctx context.Context, name string) error
+
 	// Snapshot captures a running or paused domain without stopping it:
 	// its memory goes to req.StateFile (a save image, which Restore
 	// starts a domain from), and its disk on req.Disk, frozen, stops

@@ -49,8 +49,14 @@ type Size struct {
 	// many of them are online.
 	VCPUs, MaxVCPUs int
 	// HotplugRequestedBytes is what the domain's hot-pluggable (virtio-mem)
-	// memory was last asked to hold and HotplugPluggedBytes what the guest
-	// holds of it now, of HotplugMaxBytes; all 0 without such memory. The
-	// guest's whole RAM is its boot memory plus HotplugPluggedBytes.
+	// memory was last asked to hold, of HotplugMaxBytes; both 0 without
+	// such memory. HotplugPluggedBytes is what the guest holds of memory
+	// added live: the virtio-mem device's plugged blocks plus every DIMM.
+	// The guest's whole RAM is its boot memory plus HotplugPluggedBytes.
 	HotplugRequestedBytes, HotplugPluggedBytes, HotplugMaxBytes uint64
+	// DIMMs are plugged into DIMMSlots slots (<maxMemory slots>, 0 in a
+	// domain without room for memory devices), DIMMBytes in all. A DIMM
+	// being unplugged counts until the guest has ejected it.
+	DIMMs, DIMMSlots int
+	DIMMBytes        uint64
 }

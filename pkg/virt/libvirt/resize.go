@@ -33,14 +33,21 @@ func (c *Conn) Size(ctx context.Context, name string) (virt.Size, error) {
 // definition, dom as parsed and x as libvirt wrote it: libvirt updates
 // <vcpu current> on every plug and the device's <current> from QEMU's
 // size-change events (libvirtxml has no field for that one).
-func sizeOf(dom *libvirtxml.Domain, x string) (virt.Size, error) {
-	var s virt.Size
+func sizeOf(dom *libvirtxml.Domain, x string) (s virt.Size, err error) {
 	if v := dom.VCPU; v != nil {
 		s.MaxVCPUs, s.VCPUs = int(v.Value), int(v.Value)
 		if v.Current != 0 {
 			s.VCPUs = int(v.Current)
 		}
 	}
+	if m := dom.MaximumMemory; m != nil {
+		s.DIMMSlots = int(m.Slots)
+	}
+	for _, m := range dimms(dom) {
+		s.DIMMs++
+		s.DIMMBytes += kib(m.Target.Size.Value, m.Target.Size.Unit)
+	}
+	defer func() { s.HotplugPluggedBytes += s.DIMMBytes }()
 	if m := virtioMem(dom); m != nil && m.Target != nil {
 		t := m.Target
 		if t.Size != nil {
@@ -59,7 +66,7 @@ func sizeOf(dom *libvirtxml.Domain, x string) (virt.Size, error) {
 			} `xml:"devices>memory"`
 		}
 		if err := xml.Unmarshal([]byte(x), &cur); err != nil {
-			return s, fmt.Errorf("live definition: %w: %v", errdefs.ErrInternal, err)
+			return virt.Size{}, fmt.Errorf("live definition: %w: %v", errdefs.ErrInternal, err)
 		}
 		for _, m := range cur.Memory {
 			if m.Model == "virtio-mem" {
@@ -140,6 +147,97 @@ func (c *Conn) RequestHotplugMemory(ctx context.Context, name string, bytes uint
 		return fmt.Errorf("%s: %w: %v", what, errdefs.ErrInternal, err)
 	}
 	return classify(d.UpdateDeviceFlags(x, lv.DOMAIN_DEVICE_MODIFY_LIVE), what)
+}
+
+// PlugDIMM implements virt.Hypervisor: a device attach, live only, as a
+// DIMM plugged into a running guest is part of what it runs now, not of
+// the definition it boots from.
+func (c *Conn) PlugDIMM(ctx context.Context, name string, bytes uint64) error {
+	d, st, err := c.domainState(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer d.Free()
+	what := fmt.Sprintf("plug a %d MiB DIMM into %s", bytes>>20, subject(name))
+	if !st.Active() {
+		return fmt.Errorf("%s: %w: %s", what, errdefs.ErrFailedPrecondition, st)
+	}
+	if bytes == 0 || bytes%(1<<20) != 0 {
+		return fmt.Errorf("%s: %w: %d bytes is not a whole number of MiB", what, errdefs.ErrInvalidArgument, bytes)
+	}
+	dom, x, err := liveDefinition(d, name)
+	if err != nil {
+		return err
+	}
+	sz, err := sizeOf(dom, x)
+	if err != nil {
+		return err
+	}
+	var used int // every memory device takes a slot
+	if dom.Devices != nil {
+		used = len(dom.Devices.Memorydevs)
+	}
+	if sz.DIMMSlots-used <= 0 {
+		return fmt.Errorf("%s: %w: all %d memory slots are taken", what, errdefs.ErrInvalidArgument, sz.DIMMSlots)
+	}
+	dev := libvirtxml.DomainMemorydev{
+		Model: "dimm",
+		Target: &libvirtxml.DomainMemorydevTarget{
+			Size: &libvirtxml.DomainMemorydevTargetSize{Value: uint(bytes >> 10), Unit: "KiB"},
+			Node: &libvirtxml.DomainMemorydevTargetNode{Value: 0},
+		},
+	}
+	dx, err := dev.Marshal()
+	if err != nil {
+		return fmt.Errorf("%s: %w: %v", what, errdefs.ErrInternal, err)
+	}
+	return classify(d.AttachDeviceFlags(dx, lv.DOMAIN_DEVICE_MODIFY_LIVE), what)
+}
+
+// UnplugDIMM implements virt.Hypervisor. libvirt sends the eject
+// request and waits a few seconds for QEMU's DEVICE_DELETED; when the
+// guest has not ejected by then it returns all the same and drops the
+// device from the live definition only if the event comes later, so the
+// live definition, not the return, says whether the DIMM went.
+func (c *Conn) UnplugDIMM(ctx context.Context, name string) error {
+	d, st, err := c.domainState(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer d.Free()
+	what := "unplug a DIMM from " + subject(name)
+	if !st.Active() {
+		return fmt.Errorf("%s: %w: %s", what, errdefs.ErrFailedPrecondition, st)
+	}
+	dom, _, err := liveDefinition(d, name)
+	if err != nil {
+		return err
+	}
+	all := dimms(dom)
+	if len(all) == 0 {
+		return fmt.Errorf("%s: %w: none is plugged", what, errdefs.ErrNotFound)
+	}
+	// The newest: libvirt appends a plugged device, and its alias
+	// (dimmN) and slot identify it to the detach.
+	dx, err := all[len(all)-1].Marshal()
+	if err != nil {
+		return fmt.Errorf("%s: %w: %v", what, errdefs.ErrInternal, err)
+	}
+	return classify(d.DetachDeviceFlags(dx, lv.DOMAIN_DEVICE_MODIFY_LIVE), what)
+}
+
+// dimms are the domain's DIMMs in the order of its live definition.
+func dimms(dom *libvirtxml.Domain) []libvirtxml.DomainMemorydev {
+	if dom.Devices == nil {
+		return nil
+	}
+	var out []libvirtxml.DomainMemorydev
+	for _, m := range dom.Devices.Memorydevs {
+		if m.Model == "dimm" && m.Target != nil && m.Target.Size != nil {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // liveDefinition is the domain's definition as it runs, parsed and as

@@ -90,3 +90,77 @@ func TestSizeOfLiveDefinition(t *testing.T) {
 		t.Fatalf("sizeOf = %+v, want %+v", got, want)
 	}
 }
+
+// DIMMs on the test driver: argument and state errors are ours; the
+// plug itself, where the driver lacks it, is NotImplemented (pkg/vm's
+// resize test plugs real DIMMs into QEMU).
+func TestDIMMsOnTestDriver(t *testing.T) {
+	ctx := context.Background()
+	c := openTest(t)
+	name := domainName(t)
+	var dom libvirtxml.Domain
+	if err := dom.Unmarshal(domainXML(t, "test", name, "")); err != nil {
+		t.Fatal(err)
+	}
+	dom.Memory = &libvirtxml.DomainMemory{Value: 262144, Unit: "KiB"}
+	dom.CurrentMemory = nil
+	dom.MaximumMemory = &libvirtxml.DomainMaxMemory{Value: 524288, Unit: "KiB", Slots: 2}
+	dom.VCPU = &libvirtxml.DomainVCPU{Value: 1}
+	dom.CPU = &libvirtxml.DomainCPU{Numa: &libvirtxml.DomainNuma{Cell: []libvirtxml.DomainCell{
+		{ID: new(uint), CPUs: "0", Memory: 262144, Unit: "KiB"}}}}
+	x, err := dom.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Define(ctx, x); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.Destroy(ctx, name)
+		_ = c.Undefine(ctx, name)
+	})
+	if err := c.PlugDIMM(ctx, name, 128<<20); !errdefs.IsFailedPrecondition(err) {
+		t.Fatalf("PlugDIMM into a stopped domain: %v, want FailedPrecondition", err)
+	}
+	if err := c.UnplugDIMM(ctx, name); !errdefs.IsFailedPrecondition(err) {
+		t.Fatalf("UnplugDIMM from a stopped domain: %v, want FailedPrecondition", err)
+	}
+	if err := c.Start(ctx, name, virt.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Size(ctx, name); err != nil || got.DIMMSlots != 2 || got.DIMMs != 0 {
+		t.Fatalf("Size = %+v, %v; want 2 free DIMM slots", got, err)
+	}
+	if err := c.PlugDIMM(ctx, name, 128<<20+1); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("PlugDIMM of a part MiB: %v, want InvalidArgument", err)
+	}
+	if err := c.UnplugDIMM(ctx, name); !errdefs.IsNotFound(err) {
+		t.Errorf("UnplugDIMM with none plugged: %v, want NotFound", err)
+	}
+	err = c.PlugDIMM(ctx, name, 128<<20)
+	t.Logf("PlugDIMM on the test driver: %v", err)
+	if err != nil && !errdefs.IsNotImplemented(err) {
+		t.Fatalf("PlugDIMM: %v, want nil or NotImplemented", err)
+	}
+}
+
+func TestSizeOfLiveDIMMs(t *testing.T) {
+	x := `<domain type="qemu"><name>d</name><maxMemory slots="3" unit="KiB">655360</maxMemory><memory unit="KiB">524288</memory>
+  <vcpu placement="static">1</vcpu>
+  <devices>
+    <memory model="dimm"><target><size unit="KiB">131072</size><node>0</node></target><alias name="dimm0"/></memory>
+    <memory model="dimm"><target><size unit="KiB">131072</size><node>0</node></target><alias name="dimm1"/></memory>
+  </devices></domain>`
+	var dom libvirtxml.Domain
+	if err := dom.Unmarshal(x); err != nil {
+		t.Fatal(err)
+	}
+	got, err := sizeOf(&dom, x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := virt.Size{VCPUs: 1, MaxVCPUs: 1, HotplugPluggedBytes: 256 << 20, DIMMs: 2, DIMMSlots: 3, DIMMBytes: 256 << 20}
+	if got != want {
+		t.Fatalf("sizeOf = %+v, want %+v", got, want)
+	}
+}
