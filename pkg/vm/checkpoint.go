@@ -142,6 +142,15 @@ func (v *VM) Checkpoint(ctx context.Context, dir string) (_ CheckpointResult, re
 	if err != nil {
 		return CheckpointResult{}, err
 	}
+	// A restore starts the domain as defined from the pod (pkg/convert),
+	// with no DIMM, and libvirt refuses the saved state, whose machine has
+	// them, as not the same hardware; plugging them back into the
+	// definition first is not built. A DIMM VM at its boot size
+	// checkpoints as any other.
+	if size.DIMMs > 0 {
+		return CheckpointResult{}, fmt.Errorf("%s: %d MiB of the guest's RAM is in %d DIMMs plugged live (%s: %s), which a restore cannot put back; resize the pod to its %dMi first: %w",
+			what, size.DIMMBytes>>20, size.DIMMs, vmspec.AnnotationMemoryHotplug, vmspec.MemoryHotplugDIMM, v.spec.MemoryBytes>>20, errdefs.ErrFailedPrecondition)
+	}
 
 	// Undo: the files in dir go, the VM runs on its overlay again (and
 	// runs, unless it was paused), the top layer goes.

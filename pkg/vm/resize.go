@@ -140,6 +140,9 @@ func (v *VM) checkResize(cur, want Size) error {
 	case want.MemoryBytes < s.MemoryBytes:
 		errs = append(errs, fmt.Errorf("memory limit of %dMi: below the %dMi the VM booted with; only memory added live can be taken away",
 			want.MemoryBytes>>20, s.MemoryBytes>>20))
+	case s.DIMMs() && (want.MemoryBytes-s.MemoryBytes)%s.DIMMBytes() != 0:
+		errs = append(errs, fmt.Errorf("memory limit of %dMi: the VM's RAM changes in whole DIMMs of %dMi (%s: %s) from the %dMi it booted with; ask for %dMi plus a multiple of %dMi",
+			want.MemoryBytes>>20, s.DIMMBytes()>>20, vmspec.AnnotationMemoryHotplug, vmspec.MemoryHotplugDIMM, s.MemoryBytes>>20, s.MemoryBytes>>20, s.DIMMBytes()>>20))
 	case (want.MemoryBytes-s.MemoryBytes)%vmspec.MemoryBlockBytes != 0:
 		errs = append(errs, fmt.Errorf("memory limit of %dMi: the VM's RAM changes in blocks of 2Mi from the %dMi it booted with; ask for an even number of Mi more",
 			want.MemoryBytes>>20, s.MemoryBytes>>20))
@@ -207,6 +210,14 @@ func (v *VM) resizeMemory(ctx context.Context, cur, want uint64) error {
 			return err
 		}
 	}
+	if v.spec.DIMMs() {
+		has, err := v.resizeDIMMs(ctx, cur, want)
+		// QEMU's limit follows what the guest holds, never below it.
+		if lerr := v.cgroup.UpdateMemory(limit(max(has, want))); lerr != nil {
+			return errors.Join(err, lerr)
+		}
+		return err
+	}
 	if err := v.hv.RequestHotplugMemory(ctx, v.spec.Name, want-v.spec.MemoryBytes); err != nil {
 		return err
 	}
@@ -222,10 +233,59 @@ func (v *VM) resizeMemory(ctx context.Context, cur, want uint64) error {
 	return waitErr
 }
 
+// resizeDIMMs moves a VM that grows in DIMMs (vmpod.io/memory-hotplug:
+// dimm) from cur to want bytes of RAM, which differ by whole DIMMs, and
+// returns what the guest holds at the end. QEMU's limit already covers
+// want when it grows; the caller sets it to what is held after.
+//
+// Growing plugs DIMMs: the guest takes each at once (ACPI), so there is
+// nothing to wait for but the plug. Shrinking unplugs the newest DIMMs
+// one at a time, each going only when the guest has offlined and
+// ejected all of its memory; it stops at the first the guest keeps
+// through memoryShrinkWindow, as memory it cannot move now does not come
+// free by waiting, and the kubelet retries.
+func (v *VM) resizeDIMMs(ctx context.Context, cur, want uint64) (uint64, error) {
+	step := v.spec.DIMMBytes()
+	for has := cur; has < want; has += step {
+		if err := v.hv.PlugDIMM(ctx, v.spec.Name, step); err != nil {
+			return has, err
+		}
+	}
+	if want >= cur {
+		return want, nil
+	}
+	deadline := time.Now().Add(memoryShrinkWindow)
+	has := cur
+	for has > want {
+		if err := v.hv.UnplugDIMM(ctx, v.spec.Name); err != nil {
+			return has, err
+		}
+		var err error
+		has, err = v.waitHeld(ctx, has-step, max(time.Until(deadline), resizePoll))
+		if errors.Is(err, errWaitedOut) {
+			return has, v.heldErr(want, has, memoryShrinkWindow)
+		}
+		if err != nil {
+			return has, err
+		}
+	}
+	return has, nil
+}
+
 // waitMemory waits until the guest holds want bytes of RAM, and returns
 // what it holds when it does or when wait ran out (an error then says
 // what it holds).
 func (v *VM) waitMemory(ctx context.Context, want uint64, wait time.Duration) (uint64, error) {
+	has, err := v.waitHeld(ctx, want, wait)
+	if errors.Is(err, errWaitedOut) {
+		return has, v.heldErr(want, has, wait)
+	}
+	return has, err
+}
+
+// waitHeld polls what the guest holds until it is want bytes of RAM, or
+// wait passes (errWaitedOut), and returns what it holds.
+func (v *VM) waitHeld(ctx context.Context, want uint64, wait time.Duration) (uint64, error) {
 	var has uint64
 	err := poll(ctx, wait, func() (bool, error) {
 		hs, err := v.hv.Size(ctx, v.spec.Name)
@@ -235,15 +295,19 @@ func (v *VM) waitMemory(ctx context.Context, want uint64, wait time.Duration) (u
 		has = v.spec.MemoryBytes + hs.HotplugPluggedBytes
 		return has == want, nil
 	})
-	if errors.Is(err, errWaitedOut) {
-		verb := "plugged"
-		if want < has {
-			verb = "gave back"
-		}
-		return has, fmt.Errorf("resize %s to %dMi of RAM: the guest %s only part of it in %v and has %dMi; the kubelet retries: %w",
-			v.spec.Name, want>>20, verb, wait, has>>20, errdefs.ErrUnavailable)
-	}
 	return has, err
+}
+
+// heldErr says that a resize to want bytes of RAM waited wait and the
+// guest holds has instead: Unavailable, as the kubelet retries a resize
+// that failed and the guest may manage then.
+func (v *VM) heldErr(want, has uint64, wait time.Duration) error {
+	verb := "plugged"
+	if want < has {
+		verb = "gave back"
+	}
+	return fmt.Errorf("resize %s to %dMi of RAM: the guest %s only part of it in %v and has %dMi; the kubelet retries: %w",
+		v.spec.Name, want>>20, verb, wait, has>>20, errdefs.ErrUnavailable)
 }
 
 // resizeVCPUs plugs vCPUs up to n if fewer are plugged, then has the

@@ -137,13 +137,20 @@ func TestVMResize(t *testing.T) {
 // (testdata/resizable-pod.yaml) and waits until it is ready.
 func startResizable(ctx context.Context, t testing.TB) (*vm.VM, vm.Request, host.Host) {
 	t.Helper()
+	return startPod(ctx, t, "resizable-pod.yaml")
+}
+
+// startPod starts the test guest as podFile asks and waits until it is
+// ready.
+func startPod(ctx context.Context, t testing.TB, podFile string) (*vm.VM, vm.Request, host.Host) {
+	t.Helper()
 	rt, h, root := runtimeForTest(t)
 	dir, err := os.MkdirTemp(root, "pod-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var rec records
-	req := lifecycleRequest(t, "resizable-pod.yaml", "resize", dir, &rec)
+	req := lifecycleRequest(t, podFile, "resize", dir, &rec)
 	req.Jail = jailForTest(t, root, dir)
 	v, err := vm.Create(ctx, req, func(context.Context) (vm.Env, error) { return vm.Env{Runtime: rt, Host: h}, nil })
 	if err != nil {
