@@ -2,9 +2,12 @@ package vm
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -23,6 +26,9 @@ const (
 	vcpuOnlineTimeout  = 30 * time.Second
 	memoryGrowTimeout  = 60 * time.Second
 	memoryShrinkWindow = 20 * time.Second
+	// dimmFreeTimeout bounds the wait for QEMU to free the memory of
+	// DIMMs the guest gave back, before its limit falls.
+	dimmFreeTimeout = 5 * time.Second
 )
 
 // Size is what a running VM has: the vCPUs online in the guest and its RAM.
@@ -212,8 +218,21 @@ func (v *VM) resizeMemory(ctx context.Context, cur, want uint64) error {
 	}
 	if v.spec.DIMMs() {
 		has, err := v.resizeDIMMs(ctx, cur, want)
-		// QEMU's limit follows what the guest holds, never below it.
-		if lerr := v.cgroup.UpdateMemory(limit(max(has, want))); lerr != nil {
+		// QEMU's limit follows what the guest holds, never below it, and
+		// not below what QEMU holds: it frees an unplugged DIMM's memory
+		// a moment after libvirt reports the DIMM gone (through its RCU;
+		// seen: up to 500 ms under TCG), and until then a lower limit is
+		// refused (cgroup v1: EBUSY) or reclaimed for, then enforced by
+		// killing QEMU (v2).
+		l := limit(max(has, want))
+		if has < cur {
+			_ = poll(ctx, dimmFreeTimeout, func() (bool, error) { return v.cgroup.MemoryUsage() <= l, nil })
+			if u := v.cgroup.MemoryUsage(); u > l {
+				return errors.Join(err, fmt.Errorf("resize %s to %dMi of RAM: the guest has %dMi, but QEMU still holds %dMi of memory after %v, above the %dMi limit of that size; its limit stays at %dMi: %w",
+					v.spec.Name, want>>20, has>>20, u>>20, dimmFreeTimeout, l>>20, limit(cur)>>20, errdefs.ErrUnavailable))
+			}
+		}
+		if lerr := v.cgroup.UpdateMemory(l); lerr != nil {
 			return errors.Join(err, lerr)
 		}
 		return err
@@ -238,29 +257,63 @@ func (v *VM) resizeMemory(ctx context.Context, cur, want uint64) error {
 // returns what the guest holds at the end. QEMU's limit already covers
 // want when it grows; the caller sets it to what is held after.
 //
-// Growing plugs DIMMs: the guest takes each at once (ACPI), so there is
-// nothing to wait for but the plug. Shrinking unplugs the newest DIMMs
+// Growing plugs DIMMs, which libvirt counts as soon as QEMU has them,
+// and then waits (bounded) until the guest has their memory online, as
+// its guest agent reports it: the ACPI notice reaches the guest and its
+// kernel onlines the memory a moment later (a few hundred ms under
+// TCG), and a pod that uses the new memory at once must find it there.
+// A guest without an agent is not asked. Shrinking unplugs the newest DIMMs
 // one at a time, each going only when the guest has offlined and
 // ejected all of its memory; it stops at the first the guest keeps
 // through memoryShrinkWindow, as memory it cannot move now does not come
 // free by waiting, and the kubelet retries.
 func (v *VM) resizeDIMMs(ctx context.Context, cur, want uint64) (uint64, error) {
 	step := v.spec.DIMMBytes()
-	for has := cur; has < want; has += step {
-		if err := v.hv.PlugDIMM(ctx, v.spec.Name, step); err != nil {
-			return has, err
+	if want > cur {
+		online, err := v.guestOnlineMemory(ctx)
+		ask := err == nil
+		if err != nil && !errdefs.IsUnavailable(err) && !errdefs.IsFailedPrecondition(err) {
+			return cur, err
 		}
-	}
-	if want >= cur {
-		return want, nil
+		for has := cur; has < want; has += step {
+			if err := v.hv.PlugDIMM(ctx, v.spec.Name, step); err != nil {
+				return has, err
+			}
+		}
+		if !ask {
+			return want, nil
+		}
+		var now uint64
+		err = poll(ctx, memoryGrowTimeout, func() (bool, error) {
+			var err error
+			now, err = v.guestOnlineMemory(ctx)
+			return now >= online+want-cur, err
+		})
+		if errors.Is(err, errWaitedOut) {
+			return want, fmt.Errorf("resize %s to %dMi of RAM: its DIMMs are plugged, but the guest brought only %dMi of their %dMi online in %v; its kernel must online hot-added memory (memhp_default_state=online_movable on its command line, or a udev rule): %w",
+				v.spec.Name, want>>20, (now-min(now, online))>>20, (want-cur)>>20, memoryGrowTimeout, errdefs.ErrFailedPrecondition)
+		}
+		return want, err
 	}
 	deadline := time.Now().Add(memoryShrinkWindow)
 	has := cur
 	for has > want {
+		// The guest's kernel offlines a DIMM by moving everything in it
+		// elsewhere first, and when elsewhere is too small it kills its
+		// own processes and panics rather than give up (seen: Linux 6.1,
+		// a tmpfs filling the DIMMs). So a DIMM goes only while the guest
+		// has room for all of it; a guest without an agent is not asked.
+		avail, err := v.guestMemAvailable(ctx)
+		switch {
+		case err == nil && avail < step+dimmUnplugHeadroom:
+			return has, fmt.Errorf("resize %s to %dMi of RAM: the guest gave back only part of it and has %dMi: it has %dMi available, and a %dMi DIMM goes only when the guest can move all of it elsewhere with %dMi to spare; the kubelet retries: %w",
+				v.spec.Name, want>>20, has>>20, avail>>20, step>>20, dimmUnplugHeadroom>>20, errdefs.ErrUnavailable)
+		case err != nil && !errdefs.IsUnavailable(err) && !errdefs.IsFailedPrecondition(err):
+			return has, err
+		}
 		if err := v.hv.UnplugDIMM(ctx, v.spec.Name); err != nil {
 			return has, err
 		}
-		var err error
 		has, err = v.waitHeld(ctx, has-step, max(time.Until(deadline), resizePoll))
 		if errors.Is(err, errWaitedOut) {
 			return has, v.heldErr(want, has, memoryShrinkWindow)
@@ -270,6 +323,73 @@ func (v *VM) resizeDIMMs(ctx context.Context, cur, want uint64) (uint64, error) 
 		}
 	}
 	return has, nil
+}
+
+// dimmUnplugHeadroom is what the guest must have available beyond a
+// DIMM's size for vmpod to unplug the DIMM: its kernel's own allocations
+// go on while the DIMM's pages move.
+const dimmUnplugHeadroom = 64 << 20
+
+// guestMemAvailable is the guest's MemAvailable (its kernel's estimate
+// of what it can allocate without swapping), read from /proc/meminfo
+// through its agent's file commands, which need no shell in the guest.
+// An agent that does not answer is Unavailable or FailedPrecondition.
+func (v *VM) guestMemAvailable(ctx context.Context) (uint64, error) {
+	var h int
+	if err := v.machine.agent(ctx, "guest-file-open", map[string]string{"path": "/proc/meminfo", "mode": "r"}, &h); err != nil {
+		return 0, err
+	}
+	var r struct {
+		Buf string `json:"buf-b64"`
+	}
+	err := v.machine.agent(ctx, "guest-file-read", map[string]int{"handle": h, "count": 16 << 10}, &r)
+	var closed struct{}
+	if cerr := v.machine.agent(ctx, "guest-file-close", map[string]int{"handle": h}, &closed); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return 0, err
+	}
+	b, err := base64.StdEncoding.DecodeString(r.Buf)
+	if err != nil {
+		return 0, fmt.Errorf("%w: the guest agent sent bad base64: %v", errdefs.ErrUnknown, err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			kib, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err != nil {
+				break
+			}
+			return kib << 10, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: the guest's /proc/meminfo has no MemAvailable", errdefs.ErrUnknown)
+}
+
+// guestOnlineMemory is the RAM the guest has online, as its agent
+// reports it: its online memory blocks (guest-get-memory-blocks, from
+// the guest's /sys/devices/system/memory) times their size. An agent
+// that does not answer is Unavailable or FailedPrecondition.
+func (v *VM) guestOnlineMemory(ctx context.Context) (uint64, error) {
+	var info struct {
+		Size uint64 `json:"size"`
+	}
+	if err := v.machine.agent(ctx, "guest-get-memory-block-info", nil, &info); err != nil {
+		return 0, err
+	}
+	var blocks []struct {
+		Online bool `json:"online"`
+	}
+	if err := v.machine.agent(ctx, "guest-get-memory-blocks", nil, &blocks); err != nil {
+		return 0, err
+	}
+	var n uint64
+	for _, b := range blocks {
+		if b.Online {
+			n++
+		}
+	}
+	return n * info.Size, nil
 }
 
 // waitMemory waits until the guest holds want bytes of RAM, and returns

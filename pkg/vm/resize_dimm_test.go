@@ -2,6 +2,7 @@ package vm_test
 
 import (
 	"context"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,6 +24,12 @@ func TestVMResizeDIMM(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	v, req, h := startPod(ctx, t, "resizable-dimm-pod.yaml")
+	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(req.Layout.ConsoleLog())
+			t.Logf("console, last 4000 bytes:\n%s", b[max(0, len(b)-4000):])
+		}
+	})
 
 	memTotal := func() int {
 		t.Helper()
@@ -114,6 +121,44 @@ func TestVMResizeDIMM(t *testing.T) {
 		t.Errorf("QEMU's memory limit with %d MiB held = %d, want %d", sz.MemoryBytes>>20, got, held(sz.MemoryBytes))
 	}
 	t.Logf("512 -> 256 MiB: Update %v (%d MiB held), guest MemTotal %v after it", took.Round(time.Millisecond), sz.MemoryBytes>>20, seen.Round(time.Millisecond))
+	// The guest holds memory it got: a shrink takes the DIMMs it can
+	// empty and reports the rest; once the guest lets go, the kubelet's
+	// retry takes them.
+	if err := v.Update(ctx, resources(1, 512)); err != nil {
+		t.Fatal(err)
+	}
+	hold, err := v.Exec(ctx, vm.ExecRequest{Args: []string{"sh", "-c",
+		`mkdir -p /hold && mount -t tmpfs -o size=400m tmpfs /hold && dd if=/dev/zero of=/hold/f bs=1M count=300 2>&1 | tail -1`}})
+	if err != nil || hold.ExitCode != 0 {
+		t.Fatalf("filling the guest's memory: %v %+v", err, hold)
+	}
+	start = time.Now()
+	err = v.Update(ctx, resources(1, 256))
+	took = time.Since(start)
+	if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "gave back only part of it") {
+		t.Fatalf("a shrink the guest cannot give: %v; want Unavailable saying what it kept", err)
+	}
+	if sz, serr = v.Size(ctx); serr != nil {
+		t.Fatal(serr)
+	}
+	t.Logf("refused shrink after %v, %d MiB held: %v", took.Round(time.Millisecond), sz.MemoryBytes>>20, err)
+	if sz.MemoryBytes <= 256<<20 || qemuLimit() < held(sz.MemoryBytes) {
+		t.Errorf("after a partial shrink the guest has %d MiB and QEMU's limit is %d: want the limit to cover it", sz.MemoryBytes>>20, qemuLimit())
+	}
+	if rm, err := v.Exec(ctx, vm.ExecRequest{Args: []string{"sh", "-c", "rm /hold/f && umount /hold"}}); err != nil || rm.ExitCode != 0 {
+		t.Fatalf("freeing the guest's memory: %v %+v", err, rm)
+	}
+	start = time.Now()
+	if err := v.Update(ctx, resources(1, 256)); err != nil {
+		t.Errorf("the retried shrink once the guest let go: %v", err)
+	}
+	t.Logf("retried shrink: %v", time.Since(start).Round(time.Millisecond))
+	if kib, _ := waitMemTotal(base); kib != base {
+		t.Errorf("after the retried shrink the guest has MemTotal %d KiB, want %d", kib, base)
+	}
+	if got := qemuLimit(); got != held(256<<20) {
+		t.Errorf("QEMU's memory limit at 256 MiB = %d, want %d", got, held(256<<20))
+	}
 	if got := bootID(); got != boot {
 		t.Errorf("the guest rebooted during the resizes: boot id %q, was %q", got, boot)
 	}
