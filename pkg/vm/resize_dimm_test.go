@@ -18,8 +18,10 @@ import (
 // (vmpod.io/memory-hotplug: dimm) through VM.Update: 256 -> 512 -> 256
 // MiB, with no restart. The guest's MemTotal follows each plug; a size
 // between whole DIMMs is refused and names the DIMM; a checkpoint with
-// DIMMs plugged is refused; the shrink gives back what the guest lets
-// go, and whatever it keeps is reported with QEMU's limit covering it.
+// DIMMs plugged is refused, one at the boot size is not; the shrink
+// gives back what the guest lets go. A guest holding the memory (a
+// tmpfs) keeps its DIMMs, reported, with QEMU's limit covering them, and
+// gives them back on the retry once it let go.
 func TestVMResizeDIMM(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -158,6 +160,10 @@ func TestVMResizeDIMM(t *testing.T) {
 	}
 	if got := qemuLimit(); got != held(256<<20) {
 		t.Errorf("QEMU's memory limit at 256 MiB = %d, want %d", got, held(256<<20))
+	}
+	// At its boot size a DIMM VM checkpoints as any other.
+	if _, err := v.Checkpoint(ctx, t.TempDir()); err != nil {
+		t.Errorf("Checkpoint at the boot size: %v", err)
 	}
 	if got := bootID(); got != boot {
 		t.Errorf("the guest rebooted during the resizes: boot id %q, was %q", got, boot)
