@@ -50,7 +50,8 @@ type Size struct {
 //     them (the guest gives vCPUs back by offlining them; QEMU keeps
 //     their halted threads for the next rise).
 //   - A memory limit changes the guest's RAM within vmpod.io/max-memory,
-//     through the VM's virtio-mem device; QEMU's memory limit rises
+//     through the VM's virtio-mem device, or in whole DIMMs for a VM made
+//     with vmpod.io/memory-hotplug: dimm; QEMU's memory limit rises
 //     before the guest grows and falls only as far as the guest shrank,
 //     so QEMU is never limited below what the guest holds.
 //
