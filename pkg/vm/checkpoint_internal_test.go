@@ -121,4 +121,25 @@ func TestRestoreMachine(t *testing.T) {
 			t.Errorf("a pod asking machine %q of a checkpoint of q35 (pc-q35-7.2): %v, refused: want %v", c.pod, err, c.refused)
 		}
 	}
+
+	// Room in DIMM slots is other hardware than room in virtio-mem; ""
+	// is virtio-mem, and without room the annotation changes nothing.
+	room := vmspec.Spec{Machine: "q35", MemoryBytes: 256 << 20, MaxMemoryBytes: 512 << 20}
+	dimm := room
+	dimm.MemoryHotplug = vmspec.MemoryHotplugDIMM
+	virtioMem := room
+	virtioMem.MemoryHotplug = vmspec.MemoryHotplugVirtioMem
+	noRoom := vmspec.Spec{Machine: "q35", MemoryBytes: 256 << 20, MemoryHotplug: vmspec.MemoryHotplugDIMM}
+	for _, c := range []struct {
+		saved, pod vmspec.Spec
+		refused    bool
+	}{
+		{room, virtioMem, false}, {dimm, dimm, false}, {room, dimm, true}, {dimm, virtioMem, true},
+		{vmspec.Spec{Machine: "q35", MemoryBytes: 256 << 20}, noRoom, false},
+	} {
+		err := checkRestorable(Manifest{Spec: c.saved}, c.pod)
+		if (err != nil) != c.refused || (c.refused && !strings.Contains(err.Error(), vmspec.AnnotationMemoryHotplug)) {
+			t.Errorf("a pod with memory hotplug %q of a checkpoint with %q: %v, refused: want %v", c.pod.MemoryHotplug, c.saved.MemoryHotplug, err, c.refused)
+		}
+	}
 }

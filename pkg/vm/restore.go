@@ -123,6 +123,10 @@ func checkRestorable(m Manifest, s vmspec.Spec) error {
 	if c.MemoryBytes != s.MemoryBytes || c.MaxMemoryBytes != s.MaxMemoryBytes {
 		diff("memory bytes (and maximum)", fmt.Sprintf("%d (%d)", c.MemoryBytes, c.MaxMemoryBytes), fmt.Sprintf("%d (%d)", s.MemoryBytes, s.MaxMemoryBytes))
 	}
+	// The room is one virtio-mem device or DIMM slots: other hardware.
+	if c.DIMMs() != s.DIMMs() {
+		diff(vmspec.AnnotationMemoryHotplug, c.MemoryHotplug, s.MemoryHotplug)
+	}
 	// The pod may name the versioned machine type the checkpoint's spec
 	// resolved to (what the scheduler places it by).
 	sameMachine := c.Machine == s.Machine || (m.Machine != "" && s.Machine == m.Machine)
