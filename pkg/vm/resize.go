@@ -263,7 +263,7 @@ func (v *VM) resizeMemory(ctx context.Context, cur, want uint64) error {
 // its guest agent reports it: the ACPI notice reaches the guest and its
 // kernel onlines the memory a moment later (a few hundred ms under
 // TCG), and a pod that uses the new memory at once must find it there.
-// A guest without an agent is not asked. Shrinking unplugs the newest DIMMs
+// A guest without an agent, or whose agent refuses, is not asked. Shrinking unplugs the newest DIMMs
 // one at a time, each going only when the guest has offlined and
 // ejected all of its memory; it stops at the first the guest keeps
 // through memoryShrinkWindow, as memory it cannot move now does not come
@@ -273,7 +273,7 @@ func (v *VM) resizeDIMMs(ctx context.Context, cur, want uint64) (uint64, error) 
 	if want > cur {
 		online, err := v.guestOnlineMemory(ctx)
 		ask := err == nil
-		if err != nil && !errdefs.IsUnavailable(err) && !errdefs.IsFailedPrecondition(err) {
+		if err != nil && !noAgentAnswer(err) {
 			return cur, err
 		}
 		for has := cur; has < want; has += step {
@@ -303,13 +303,14 @@ func (v *VM) resizeDIMMs(ctx context.Context, cur, want uint64) (uint64, error) 
 		// elsewhere first, and when elsewhere is too small it kills its
 		// own processes and panics rather than give up (seen: Linux 6.1,
 		// a tmpfs filling the DIMMs). So a DIMM goes only while the guest
-		// has room for all of it; a guest without an agent is not asked.
+		// has room for all of it. A guest without an agent, or whose agent
+		// refuses to read files, is not asked: its kernel decides alone.
 		avail, err := v.guestMemAvailable(ctx)
 		switch {
 		case err == nil && avail < step+dimmUnplugHeadroom:
 			return has, fmt.Errorf("resize %s to %dMi of RAM: the guest gave back only part of it and has %dMi: it has %dMi available, and a %dMi DIMM goes only when the guest can move all of it elsewhere with %dMi to spare; the kubelet retries: %w",
 				v.spec.Name, want>>20, has>>20, avail>>20, step>>20, dimmUnplugHeadroom>>20, errdefs.ErrUnavailable)
-		case err != nil && !errdefs.IsUnavailable(err) && !errdefs.IsFailedPrecondition(err):
+		case err != nil && !noAgentAnswer(err):
 			return has, err
 		}
 		if err := v.hv.UnplugDIMM(ctx, v.spec.Name); err != nil {
@@ -324,6 +325,14 @@ func (v *VM) resizeDIMMs(ctx context.Context, cur, want uint64) (uint64, error) 
 		}
 	}
 	return has, nil
+}
+
+// noAgentAnswer reports whether err says that the guest has no agent
+// to ask (Unavailable, FailedPrecondition) or that its agent refuses
+// the command (InvalidArgument: qemu-ga can block commands), so that a
+// DIMM resize goes on without the agent's help.
+func noAgentAnswer(err error) bool {
+	return errdefs.IsUnavailable(err) || errdefs.IsFailedPrecondition(err) || errdefs.IsInvalidArgument(err)
 }
 
 // dimmUnplugHeadroom is what the guest must have available beyond a
