@@ -132,9 +132,12 @@ func (v *VM) checkResize(cur, want Size) error {
 	case s.MaxVCPUs == 0:
 		// No room, no vCPU change: a lower limit changes the quota only,
 		// as before vCPUs could change.
+	case want.VCPUs > top && v.defaultRoom:
+		errs = append(errs, fmt.Errorf("cpu limit of %d CPUs: above %d, the most vCPUs this VM can have (the node's default room, up to its CPUs and --default-max-vcpus, as the pod set no %s); recreate the pod with %s set higher",
+			want.VCPUs, top, vmspec.AnnotationMaxVCPUs, vmspec.AnnotationMaxVCPUs))
 	case want.VCPUs > top:
-		errs = append(errs, fmt.Errorf("cpu limit of %d CPUs: above %d, the most vCPUs this VM can have (%s=%d, or the node's default room when the pod set none); recreate the pod with a larger %s",
-			want.VCPUs, top, vmspec.AnnotationMaxVCPUs, top, vmspec.AnnotationMaxVCPUs))
+		errs = append(errs, fmt.Errorf("cpu limit of %d CPUs: above %s=%d, the most vCPUs this VM can have; recreate the pod with a larger maximum",
+			want.VCPUs, vmspec.AnnotationMaxVCPUs, top))
 	}
 	switch {
 	case want.MemoryBytes == cur.MemoryBytes:
@@ -238,19 +241,59 @@ func (v *VM) resizeMemory(ctx context.Context, cur, want uint64) error {
 		}
 		return err
 	}
-	if err := v.hv.RequestHotplugMemory(ctx, v.spec.Name, want-v.spec.MemoryBytes); err != nil {
+	ask, spareErr := want, error(nil)
+	if want < cur {
+		var err error
+		if ask, spareErr, err = v.virtioMemShrink(ctx, cur, want); err != nil {
+			return err
+		}
+		if ask == cur {
+			return spareErr
+		}
+	}
+	if err := v.hv.RequestHotplugMemory(ctx, v.spec.Name, ask-v.spec.MemoryBytes); err != nil {
 		return err
 	}
 	wait := memoryGrowTimeout
 	if want < cur {
 		wait = memoryShrinkWindow
 	}
-	has, waitErr := v.waitMemory(ctx, want, wait)
+	has, waitErr := v.waitMemory(ctx, ask, wait)
+	if waitErr == nil {
+		waitErr = spareErr
+	}
 	// QEMU's limit follows what the guest holds, never below it.
-	if err := v.cgroup.UpdateMemory(limit(max(has, want))); err != nil {
+	if err := v.cgroup.UpdateMemory(limit(max(has, ask))); err != nil {
 		return errors.Join(waitErr, err)
 	}
 	return waitErr
+}
+
+// virtioMemShrink is how far a VM with a virtio-mem device asks its
+// guest to shrink from cur towards want bytes of RAM: only as far as
+// the guest keeps unplugHeadroom available. Its kernel gives back blocks
+// by moving what is in them elsewhere, and moving more than it has
+// spare leaves its own allocations none: it kills its processes and
+// panics (seen: Linux 6.1, a tmpfs filling the added memory, under
+// load). When it asks less than want, spareErr says why (Unavailable:
+// the kubelet retries). A guest without an agent, or whose agent
+// refuses to read files, is asked for want: its kernel decides alone.
+func (v *VM) virtioMemShrink(ctx context.Context, cur, want uint64) (ask uint64, spareErr, err error) {
+	avail, err := v.guestMemAvailable(ctx)
+	if err != nil {
+		if noAgentAnswer(err) {
+			return want, nil, nil
+		}
+		return 0, nil, err
+	}
+	spare := avail - min(avail, unplugHeadroom)
+	if cur-want <= spare {
+		return want, nil, nil
+	}
+	// Down by whole blocks of what the guest can spare.
+	ask = cur - spare/vmspec.MemoryBlockBytes*vmspec.MemoryBlockBytes
+	return ask, fmt.Errorf("resize %s to %dMi of RAM: the guest gave back only part of it and has %dMi: it has %dMi available, and gives memory back only while it keeps %dMi to spare; the kubelet retries: %w",
+		v.spec.Name, want>>20, ask>>20, avail>>20, unplugHeadroom>>20, errdefs.ErrUnavailable), nil
 }
 
 // resizeDIMMs moves a VM that grows in DIMMs (vmpod.io/memory-hotplug:
@@ -307,9 +350,9 @@ func (v *VM) resizeDIMMs(ctx context.Context, cur, want uint64) (uint64, error) 
 		// refuses to read files, is not asked: its kernel decides alone.
 		avail, err := v.guestMemAvailable(ctx)
 		switch {
-		case err == nil && avail < step+dimmUnplugHeadroom:
+		case err == nil && avail < step+unplugHeadroom:
 			return has, fmt.Errorf("resize %s to %dMi of RAM: the guest gave back only part of it and has %dMi: it has %dMi available, and a %dMi DIMM goes only when the guest can move all of it elsewhere with %dMi to spare; the kubelet retries: %w",
-				v.spec.Name, want>>20, has>>20, avail>>20, step>>20, dimmUnplugHeadroom>>20, errdefs.ErrUnavailable)
+				v.spec.Name, want>>20, has>>20, avail>>20, step>>20, unplugHeadroom>>20, errdefs.ErrUnavailable)
 		case err != nil && !noAgentAnswer(err):
 			return has, err
 		}
@@ -335,10 +378,10 @@ func noAgentAnswer(err error) bool {
 	return errdefs.IsUnavailable(err) || errdefs.IsFailedPrecondition(err) || errdefs.IsInvalidArgument(err)
 }
 
-// dimmUnplugHeadroom is what the guest must have available beyond a
-// DIMM's size for vmpod to unplug the DIMM: its kernel's own allocations
-// go on while the DIMM's pages move.
-const dimmUnplugHeadroom = 64 << 20
+// unplugHeadroom is what the guest must keep available for vmpod to
+// ask it for memory back (a DIMM, or virtio-mem blocks): its kernel's
+// own allocations go on while the pages move.
+const unplugHeadroom = 64 << 20
 
 // guestMemAvailable is the guest's MemAvailable (its kernel's estimate
 // of what it can allocate without swapping), read from /proc/meminfo
