@@ -134,12 +134,20 @@ func (s *dhcpServer) handle(b []byte) {
 	if err := s.conn.SetWriteDeadline(time.Now().Add(dhcpWriteTimeout)); err != nil {
 		return // closed
 	}
+	// The lease is recorded before the ACK leaves, so that whoever sees
+	// the guest holding the address sees it in Leased too, and taken back
+	// if the ACK never left.
+	var before, at int64
+	if resp.MessageType() == dhcpv4.MessageTypeAck && !resp.YourIPAddr.IsUnspecified() {
+		at = time.Now().UnixNano()
+		before = s.leased.Swap(at)
+	}
 	if _, err := s.conn.WriteTo(resp.ToBytes(), dst); err != nil {
+		if at != 0 {
+			s.leased.CompareAndSwap(at, before)
+		}
 		s.log.Log(slog.LevelWarn, logReply, "reply failed", "type", resp.MessageType(), "error", err)
 		return
-	}
-	if resp.MessageType() == dhcpv4.MessageTypeAck && !resp.YourIPAddr.IsUnspecified() {
-		s.leased.Store(time.Now().UnixNano())
 	}
 	s.log.Log(slog.LevelDebug, logAnswered+resp.MessageType().String(), "answered",
 		"request", req.MessageType(), "reply", resp.MessageType(), "ip", resp.YourIPAddr)
