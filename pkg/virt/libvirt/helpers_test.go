@@ -12,6 +12,32 @@ import (
 	"github.com/vmpod/vmpod/pkg/virt"
 )
 
+// defineTestDomain defines on c the test driver's smallest domain
+// (domainXML) as edit changes it, under the test's name, which it
+// returns, and destroys and undefines it when the test ends.
+func defineTestDomain(t *testing.T, c *Conn, edit func(*libvirtxml.Domain)) string {
+	t.Helper()
+	ctx := context.Background()
+	name := domainName(t)
+	var dom libvirtxml.Domain
+	if err := dom.Unmarshal(domainXML(t, "test", name, "")); err != nil {
+		t.Fatal(err)
+	}
+	edit(&dom)
+	x, err := dom.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Define(ctx, x); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.Destroy(ctx, name)
+		_ = c.Undefine(ctx, name)
+	})
+	return name
+}
+
 // domainXML builds the smallest domain libvirt accepts: no disk, no NIC,
 // nothing to boot. typ is "test" for the test driver, "qemu" for TCG.
 // A serial console goes to serialPath when it is not empty.

@@ -15,22 +15,8 @@ import (
 func TestSetLinkOnTestDriver(t *testing.T) {
 	ctx := context.Background()
 	c := openTest(t)
-	name := domainName(t)
-	var dom libvirtxml.Domain
-	if err := dom.Unmarshal(domainXML(t, "test", name, "")); err != nil {
-		t.Fatal(err)
-	}
-	dom.Devices = &libvirtxml.DomainDeviceList{Interfaces: []libvirtxml.DomainInterface{linkTestInterface("")}}
-	x, err := dom.Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Define(ctx, x); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = c.Destroy(ctx, name)
-		_ = c.Undefine(ctx, name)
+	name := defineTestDomain(t, c, func(dom *libvirtxml.Domain) {
+		dom.Devices = &libvirtxml.DomainDeviceList{Interfaces: []libvirtxml.DomainInterface{linkTestInterface("")}}
 	})
 	if err := c.SetLink(ctx, name, false); !errdefs.IsFailedPrecondition(err) {
 		t.Fatalf("SetLink on a stopped domain: %v, want FailedPrecondition", err)

@@ -14,19 +14,32 @@ import (
 
 // Size implements virt.Hypervisor.
 func (c *Conn) Size(ctx context.Context, name string) (virt.Size, error) {
-	d, st, err := c.domainState(ctx, name)
+	d, dom, x, err := c.running(ctx, name, "size of "+subject(name))
 	if err != nil {
 		return virt.Size{}, err
 	}
 	defer d.Free()
+	return sizeOf(dom, x)
+}
+
+// running is the domain name, which must be running or paused
+// (FailedPrecondition, under what, otherwise), with its live definition,
+// parsed and as libvirt wrote it. The caller frees the domain.
+func (c *Conn) running(ctx context.Context, name, what string) (*lv.Domain, *libvirtxml.Domain, string, error) {
+	d, st, err := c.domainState(ctx, name)
+	if err != nil {
+		return nil, nil, "", err
+	}
 	if !st.Active() {
-		return virt.Size{}, fmt.Errorf("size of %s: %w: %s", subject(name), errdefs.ErrFailedPrecondition, st)
+		_ = d.Free()
+		return nil, nil, "", fmt.Errorf("%s: %w: %s", what, errdefs.ErrFailedPrecondition, st)
 	}
 	dom, x, err := liveDefinition(d, name)
 	if err != nil {
-		return virt.Size{}, err
+		_ = d.Free()
+		return nil, nil, "", err
 	}
-	return sizeOf(dom, x)
+	return d, dom, x, nil
 }
 
 // sizeOf reads the plugged vCPUs and the virtio-mem device from a live
@@ -88,18 +101,11 @@ func kib(v uint, unit string) uint64 {
 
 // PlugVCPUs implements virt.Hypervisor.
 func (c *Conn) PlugVCPUs(ctx context.Context, name string, n int) error {
-	d, st, err := c.domainState(ctx, name)
+	d, dom, x, err := c.running(ctx, name, "plug vCPUs into "+subject(name))
 	if err != nil {
 		return err
 	}
 	defer d.Free()
-	if !st.Active() {
-		return fmt.Errorf("plug vCPUs into %s: %w: %s", subject(name), errdefs.ErrFailedPrecondition, st)
-	}
-	dom, x, err := liveDefinition(d, name)
-	if err != nil {
-		return err
-	}
 	sz, err := sizeOf(dom, x)
 	if err != nil {
 		return err
@@ -118,19 +124,12 @@ func (c *Conn) PlugVCPUs(ctx context.Context, name string, n int) error {
 // virtio-mem device's <requested> through a device update with the same
 // device, as it is in the live definition, and the new size.
 func (c *Conn) RequestHotplugMemory(ctx context.Context, name string, bytes uint64) error {
-	d, st, err := c.domainState(ctx, name)
+	what := fmt.Sprintf("request %d MiB of hot-pluggable memory in %s", bytes>>20, subject(name))
+	d, dom, _, err := c.running(ctx, name, what)
 	if err != nil {
 		return err
 	}
 	defer d.Free()
-	what := fmt.Sprintf("request %d MiB of hot-pluggable memory in %s", bytes>>20, subject(name))
-	if !st.Active() {
-		return fmt.Errorf("%s: %w: %s", what, errdefs.ErrFailedPrecondition, st)
-	}
-	dom, _, err := liveDefinition(d, name)
-	if err != nil {
-		return err
-	}
 	m := virtioMem(dom)
 	if m == nil || m.Target == nil || m.Target.Size == nil {
 		return fmt.Errorf("%s: %w: the domain has no virtio-mem device", what, errdefs.ErrInvalidArgument)
@@ -153,21 +152,14 @@ func (c *Conn) RequestHotplugMemory(ctx context.Context, name string, bytes uint
 // DIMM plugged into a running guest is part of what it runs now, not of
 // the definition it boots from.
 func (c *Conn) PlugDIMM(ctx context.Context, name string, bytes uint64) error {
-	d, st, err := c.domainState(ctx, name)
+	what := fmt.Sprintf("plug a %d MiB DIMM into %s", bytes>>20, subject(name))
+	d, dom, x, err := c.running(ctx, name, what)
 	if err != nil {
 		return err
 	}
 	defer d.Free()
-	what := fmt.Sprintf("plug a %d MiB DIMM into %s", bytes>>20, subject(name))
-	if !st.Active() {
-		return fmt.Errorf("%s: %w: %s", what, errdefs.ErrFailedPrecondition, st)
-	}
 	if bytes == 0 || bytes%(1<<20) != 0 {
 		return fmt.Errorf("%s: %w: %d bytes is not a whole number of MiB", what, errdefs.ErrInvalidArgument, bytes)
-	}
-	dom, x, err := liveDefinition(d, name)
-	if err != nil {
-		return err
 	}
 	sz, err := sizeOf(dom, x)
 	if err != nil {
@@ -200,19 +192,12 @@ func (c *Conn) PlugDIMM(ctx context.Context, name string, bytes uint64) error {
 // device from the live definition only if the event comes later, so the
 // live definition, not the return, says whether the DIMM went.
 func (c *Conn) UnplugDIMM(ctx context.Context, name string) error {
-	d, st, err := c.domainState(ctx, name)
+	what := "unplug a DIMM from " + subject(name)
+	d, dom, _, err := c.running(ctx, name, what)
 	if err != nil {
 		return err
 	}
 	defer d.Free()
-	what := "unplug a DIMM from " + subject(name)
-	if !st.Active() {
-		return fmt.Errorf("%s: %w: %s", what, errdefs.ErrFailedPrecondition, st)
-	}
-	dom, _, err := liveDefinition(d, name)
-	if err != nil {
-		return err
-	}
 	all := dimms(dom)
 	if len(all) == 0 {
 		return fmt.Errorf("%s: %w: none is plugged", what, errdefs.ErrNotFound)

@@ -15,22 +15,8 @@ import (
 func TestPlugVCPUsOnTestDriver(t *testing.T) {
 	ctx := context.Background()
 	c := openTest(t)
-	name := domainName(t)
-	var dom libvirtxml.Domain
-	if err := dom.Unmarshal(domainXML(t, "test", name, "")); err != nil {
-		t.Fatal(err)
-	}
-	dom.VCPU = &libvirtxml.DomainVCPU{Current: 1, Value: 3}
-	x, err := dom.Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Define(ctx, x); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = c.Destroy(ctx, name)
-		_ = c.Undefine(ctx, name)
+	name := defineTestDomain(t, c, func(dom *libvirtxml.Domain) {
+		dom.VCPU = &libvirtxml.DomainVCPU{Current: 1, Value: 3}
 	})
 	if _, err := c.Size(ctx, name); !errdefs.IsFailedPrecondition(err) {
 		t.Fatalf("Size of a stopped domain: %v, want FailedPrecondition", err)
@@ -97,27 +83,13 @@ func TestSizeOfLiveDefinition(t *testing.T) {
 func TestDIMMsOnTestDriver(t *testing.T) {
 	ctx := context.Background()
 	c := openTest(t)
-	name := domainName(t)
-	var dom libvirtxml.Domain
-	if err := dom.Unmarshal(domainXML(t, "test", name, "")); err != nil {
-		t.Fatal(err)
-	}
-	dom.Memory = &libvirtxml.DomainMemory{Value: 262144, Unit: "KiB"}
-	dom.CurrentMemory = nil
-	dom.MaximumMemory = &libvirtxml.DomainMaxMemory{Value: 524288, Unit: "KiB", Slots: 2}
-	dom.VCPU = &libvirtxml.DomainVCPU{Value: 1}
-	dom.CPU = &libvirtxml.DomainCPU{Numa: &libvirtxml.DomainNuma{Cell: []libvirtxml.DomainCell{
-		{ID: new(uint), CPUs: "0", Memory: 262144, Unit: "KiB"}}}}
-	x, err := dom.Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Define(ctx, x); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = c.Destroy(ctx, name)
-		_ = c.Undefine(ctx, name)
+	name := defineTestDomain(t, c, func(dom *libvirtxml.Domain) {
+		dom.Memory = &libvirtxml.DomainMemory{Value: 262144, Unit: "KiB"}
+		dom.CurrentMemory = nil
+		dom.MaximumMemory = &libvirtxml.DomainMaxMemory{Value: 524288, Unit: "KiB", Slots: 2}
+		dom.VCPU = &libvirtxml.DomainVCPU{Value: 1}
+		dom.CPU = &libvirtxml.DomainCPU{Numa: &libvirtxml.DomainNuma{Cell: []libvirtxml.DomainCell{
+			{ID: new(uint), CPUs: "0", Memory: 262144, Unit: "KiB"}}}}
 	})
 	if err := c.PlugDIMM(ctx, name, 128<<20); !errdefs.IsFailedPrecondition(err) {
 		t.Fatalf("PlugDIMM into a stopped domain: %v, want FailedPrecondition", err)
@@ -137,7 +109,7 @@ func TestDIMMsOnTestDriver(t *testing.T) {
 	if err := c.UnplugDIMM(ctx, name); !errdefs.IsNotFound(err) {
 		t.Errorf("UnplugDIMM with none plugged: %v, want NotFound", err)
 	}
-	err = c.PlugDIMM(ctx, name, 128<<20)
+	err := c.PlugDIMM(ctx, name, 128<<20)
 	t.Logf("PlugDIMM on the test driver: %v", err)
 	if err != nil && !errdefs.IsNotImplemented(err) {
 		t.Fatalf("PlugDIMM: %v, want nil or NotImplemented", err)
