@@ -17,12 +17,6 @@ import (
 	"github.com/vmpod/vmpod/pkg/vmspec"
 )
 
-// DefaultMaxVCPUs is --default-max-vcpus's default: a VM of one vCPU
-// can grow to 4 on a node with that many CPUs without its pod asking,
-// which costs it 1 MiB of overhead a vCPU (vmspec.OverheadTCG) and,
-// under KVM, nothing plugged until a resize asks.
-const DefaultMaxVCPUs = 4
-
 // vmFlags are the flags of the node's VMs (vmd.Config), which cri and
 // daemon both take.
 type vmFlags struct {
@@ -47,7 +41,7 @@ func addVMFlags(fs *flag.FlagSet, stateRootHelp string) vmFlags {
 			"ed25519 private key (PEM, PKCS #8: openssl genpkey -algorithm ed25519) that signs each checkpoint this node writes (none: unsigned)"),
 		trustKeys: fs.String("state-trust-keys", "",
 			"comma-separated files of ed25519 public keys (PEM): a checkpoint image is restored only when one of them signed it (none: refused)"),
-		defaultMaxVCPUs: fs.Int("default-max-vcpus", DefaultMaxVCPUs,
+		defaultMaxVCPUs: fs.Int("default-max-vcpus", vmd.DefaultMaxVCPUs,
 			"the most vCPUs a VM whose pod sets no vmpod.io/max-vcpus may grow to live: it gets room up to the node's CPUs, at most this (0: no room; none either for a VM that boots from its disk under TCG)"),
 	}
 }

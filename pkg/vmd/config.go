@@ -47,6 +47,13 @@ type Config struct {
 // DefaultDiskCap is the default Config.DiskCap: 20 GiB.
 const DefaultDiskCap = 20 << 30
 
+// DefaultMaxVCPUs is the node's usual DefaultMaxVCPUs (vm-runtime's
+// --default-max-vcpus): a VM of one vCPU can grow to 4 on a node with
+// that many CPUs without its pod asking, which costs it 1 MiB of
+// overhead a vCPU (vmspec.OverheadTCG) and, under KVM, nothing plugged
+// until a resize asks. Config's zero value gives no room.
+const DefaultMaxVCPUs = 4
+
 // WithDefaults fills what c leaves empty with the node's usual places.
 func (c Config) WithDefaults() Config {
 	if c.StateRoot == "" {

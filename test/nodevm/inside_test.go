@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,6 +32,7 @@ import (
 	"github.com/vmpod/vmpod/internal/testenv/containerd"
 	"github.com/vmpod/vmpod/internal/testenv/nodevm"
 	"github.com/vmpod/vmpod/internal/testguest"
+	"github.com/vmpod/vmpod/pkg/vmd"
 	"github.com/vmpod/vmpod/pkg/vmspec"
 )
 
@@ -40,8 +42,14 @@ const (
 	firstLine  = "Linux version" // the guest kernel's first serial line
 )
 
-// vmLimit is the memory.max QEMU's cgroup must have: guest + overhead.
-func vmLimit() uint64 { return guestBytes + vmspec.OverheadFor(false).Bytes(guestBytes, 1) }
+// vmLimit is the memory.max QEMU's cgroup must have: guest + overhead,
+// the overhead for the vCPUs of the room the node gives the pod, which
+// sets no vmpod.io/max-vcpus and boots the image's kernel: the node's
+// CPUs, at most vm-runtime's default --default-max-vcpus.
+func vmLimit() uint64 {
+	room := max(1, min(runtime.NumCPU(), vmd.DefaultMaxVCPUs))
+	return guestBytes + vmspec.OverheadFor(false).Bytes(guestBytes, room)
+}
 
 // inside runs in the node VM, as root, with the share as a place to leave
 // facts for the host.
