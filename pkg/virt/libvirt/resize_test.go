@@ -57,23 +57,39 @@ func TestPlugVCPUsOnTestDriver(t *testing.T) {
 	}
 }
 
+// TestSizeOfLiveDefinition: what Size reads from a live definition: the
+// vCPUs plugged of the room, the virtio-mem device's request and
+// plugged blocks, and the DIMMs in their slots.
 func TestSizeOfLiveDefinition(t *testing.T) {
-	x := `<domain type="qemu"><name>d</name><memory unit="KiB">262144</memory>
+	for _, tt := range []struct {
+		name, x string
+		want    virt.Size
+	}{
+		{"virtio-mem", `<domain type="qemu"><name>d</name><memory unit="KiB">262144</memory>
   <vcpu placement="static" current="2">4</vcpu>
   <devices><memory model="virtio-mem"><target><size unit="KiB">262144</size><node>0</node>
     <block unit="KiB">2048</block><requested unit="KiB">131072</requested><current unit="KiB">65536</current>
-  </target></memory></devices></domain>`
-	var dom libvirtxml.Domain
-	if err := dom.Unmarshal(x); err != nil {
-		t.Fatal(err)
-	}
-	got, err := sizeOf(&dom, x)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := virt.Size{VCPUs: 2, MaxVCPUs: 4, HotplugRequestedBytes: 128 << 20, HotplugPluggedBytes: 64 << 20, HotplugMaxBytes: 256 << 20}
-	if got != want {
-		t.Fatalf("sizeOf = %+v, want %+v", got, want)
+  </target></memory></devices></domain>`,
+			virt.Size{VCPUs: 2, MaxVCPUs: 4, HotplugRequestedBytes: 128 << 20, HotplugPluggedBytes: 64 << 20, HotplugMaxBytes: 256 << 20}},
+		{"DIMMs", `<domain type="qemu"><name>d</name><maxMemory slots="3" unit="KiB">655360</maxMemory><memory unit="KiB">524288</memory>
+  <vcpu placement="static">1</vcpu>
+  <devices>
+    <memory model="dimm"><target><size unit="KiB">131072</size><node>0</node></target><alias name="dimm0"/></memory>
+    <memory model="dimm"><target><size unit="KiB">131072</size><node>0</node></target><alias name="dimm1"/></memory>
+  </devices></domain>`,
+			virt.Size{VCPUs: 1, MaxVCPUs: 1, HotplugPluggedBytes: 256 << 20, DIMMs: 2, DIMMSlots: 3, DIMMBytes: 256 << 20}},
+	} {
+		var dom libvirtxml.Domain
+		if err := dom.Unmarshal(tt.x); err != nil {
+			t.Fatal(err)
+		}
+		got, err := sizeOf(&dom, tt.x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != tt.want {
+			t.Errorf("%s: sizeOf = %+v, want %+v", tt.name, got, tt.want)
+		}
 	}
 }
 
@@ -113,26 +129,5 @@ func TestDIMMsOnTestDriver(t *testing.T) {
 	t.Logf("PlugDIMM on the test driver: %v", err)
 	if err != nil && !errdefs.IsNotImplemented(err) {
 		t.Fatalf("PlugDIMM: %v, want nil or NotImplemented", err)
-	}
-}
-
-func TestSizeOfLiveDIMMs(t *testing.T) {
-	x := `<domain type="qemu"><name>d</name><maxMemory slots="3" unit="KiB">655360</maxMemory><memory unit="KiB">524288</memory>
-  <vcpu placement="static">1</vcpu>
-  <devices>
-    <memory model="dimm"><target><size unit="KiB">131072</size><node>0</node></target><alias name="dimm0"/></memory>
-    <memory model="dimm"><target><size unit="KiB">131072</size><node>0</node></target><alias name="dimm1"/></memory>
-  </devices></domain>`
-	var dom libvirtxml.Domain
-	if err := dom.Unmarshal(x); err != nil {
-		t.Fatal(err)
-	}
-	got, err := sizeOf(&dom, x)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := virt.Size{VCPUs: 1, MaxVCPUs: 1, HotplugPluggedBytes: 256 << 20, DIMMs: 2, DIMMSlots: 3, DIMMBytes: 256 << 20}
-	if got != want {
-		t.Fatalf("sizeOf = %+v, want %+v", got, want)
 	}
 }
